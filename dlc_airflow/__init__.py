@@ -1,0 +1,3 @@
+"""dlc-airflow: DLC-style distributed jobs on Kubernetes, scheduled by Airflow."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,92 @@
+"""`dlc-airflow` command line: render, validate, schema, sanity-check.
+
+Each subcommand lives in the module that owns its logic; this file only wires argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _render(args: argparse.Namespace) -> int:
+    import yaml
+
+    from dlc_airflow.backends import get_backend
+    from dlc_airflow.spec import load_job
+
+    job = load_job(args.spec)
+    backend = get_backend(args.backend)
+    name = args.name or job.name or "job"
+    objects = backend.render(job, name)
+    yaml.safe_dump_all(objects, sys.stdout, sort_keys=False)
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from dlc_airflow.backends import get_backend
+    from dlc_airflow.spec import load_job
+
+    job = load_job(args.spec)
+    if args.backend:
+        get_backend(args.backend).render(job, job.name or "job")
+    print(f"{args.spec}: valid {job.type.value} job, {job.total_replicas()} replicas "
+          f"in roles {', '.join(f'{r}={v.replicas}' for r, v in job.roles.items())}")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from dlc_airflow.spec import json_schema
+
+    json.dump(json_schema(), sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def _sanity_check(args: argparse.Namespace) -> int:
+    from dlc_airflow.runtime.sanity import run_checks
+
+    return run_checks(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dlc-airflow", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("render", help="print the Kubernetes objects of a job spec as YAML")
+    p.add_argument("spec", help="job spec file (YAML or JSON)")
+    p.add_argument("--backend", default="native", help="native, kubeflow, trainer, jobset, ray")
+    p.add_argument("--name", help="job name (default: the spec's name)")
+    p.set_defaults(func=_render)
+
+    p = sub.add_parser("validate", help="check a job spec (and that a backend can render it)")
+    p.add_argument("spec")
+    p.add_argument("--backend", help="also check this backend accepts the job")
+    p.set_defaults(func=_validate)
+
+    p = sub.add_parser("schema", help="print the job spec's JSON Schema")
+    p.set_defaults(func=_schema)
+
+    p = sub.add_parser("sanity-check", help="preflight checks inside a job container")
+    from dlc_airflow.runtime.sanity import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=_sanity_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dlc_airflow.backends import BackendError
+    from dlc_airflow.spec import SpecError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (SpecError, BackendError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,662 @@
+"""The DLC job spec: what a DAG author writes, validated before anything touches a cluster.
+
+A `DLCJob` is one distributed job: a job type, one image and command, and roles
+(master, worker, ps, chief, launcher, head...) of N replicas each. Strings may be Jinja
+templates ("{{ ds }}") that Airflow renders at run time; checks that depend on a string's
+content are deferred for templated strings and run again once the operator has rendered
+them, still before any network call.
+
+Load from Python (`DLCJob(...)`), a dict (`DLCJob.model_validate`), YAML or JSON
+(`load_job`), and export a JSON Schema for editors (`json_schema`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from dlc_airflow.jobtypes import JOB_TYPES, JobType, TypeInfo
+
+__all__ = [
+    "DLCJob",
+    "Role",
+    "Resources",
+    "Storage",
+    "PVCMount",
+    "NFSMount",
+    "HostPathMount",
+    "CSIMount",
+    "ConfigMapMount",
+    "SecretMount",
+    "EmptyDirMount",
+    "CodeSource",
+    "Scheduling",
+    "FaultTolerance",
+    "HealthCheck",
+    "Checkpoint",
+    "Elastic",
+    "JobType",
+    "SpecError",
+    "load_job",
+    "json_schema",
+    "is_templated",
+]
+
+
+class SpecError(ValueError):
+    """A job spec that cannot be used; the message names the field and what to do."""
+
+
+def is_templated(value: object) -> bool:
+    """True for a string Airflow will render (contains Jinja markers)."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+# Kubernetes quantity: 4, 500m, 1.5, 16Gi, 1e3
+_QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+# Longest role name: the native backend names pods <job>-<role>-<index> within 63 chars.
+MAX_ROLE_NAME = 10
+
+
+def _check_quantity(value: str | int | float | None, what: str) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    if is_templated(text):
+        return text
+    if not _QUANTITY.match(text):
+        raise ValueError(
+            f"{what} {text!r} is not a Kubernetes quantity; write e.g. 4, 500m, 16Gi"
+        )
+    return text
+
+
+def check_label_key(key: str) -> None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+        raise ValueError(f"label key {key!r}: prefix must be a DNS subdomain")
+    if len(name) > 63 or not _LABEL_NAME.match(name):
+        raise ValueError(
+            f"label key {key!r}: name must be <= 63 characters of [A-Za-z0-9-_.], "
+            "starting and ending alphanumeric"
+        )
+
+
+def check_label_value(key: str, value: str) -> None:
+    if is_templated(value):
+        return
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise ValueError(
+            f"label {key}={value!r}: value must be <= 63 characters of [A-Za-z0-9-_.], "
+            "starting and ending alphanumeric"
+        )
+
+
+def parse_duration(value: Any, what: str) -> timedelta | None:
+    """Seconds (int), a timedelta, or a string such as '90s', '30m', '2h', '1d12h'."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be seconds, a timedelta or a string like '2h'")
+    if isinstance(value, (int, float)):
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        match = _DURATION.match(value.strip())
+        if value.strip() and match and any(match.groups()):
+            d, h, m, s = (int(g or 0) for g in match.groups())
+            return timedelta(days=d, hours=h, minutes=m, seconds=s)
+        if value.strip().isdigit():
+            return timedelta(seconds=int(value))
+    raise ValueError(f"{what} {value!r} is not a duration; write seconds or e.g. '90s', '30m', '2h'")
+
+
+class _Model(BaseModel):
+    # Unknown keys are typos more often than not: reject them, naming the key.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+
+class Resources(_Model):
+    """Resources of one replica (pod)."""
+
+    cpu: str | None = Field(None, description="CPU request = limit, e.g. 4 or 500m")
+    memory: str | None = Field(None, description="memory request = limit, e.g. 16Gi")
+    gpu: int = Field(0, ge=0, description="whole GPUs (nvidia.com/gpu) per replica")
+    gpu_type: str | None = Field(
+        None, description="GPU model, matched against the node label nvidia.com/gpu.product"
+    )
+    shared_memory: str | None = Field(
+        None, description="size of /dev/shm (a memory-backed emptyDir), e.g. 8Gi"
+    )
+    rdma: int = Field(0, ge=0, description="RDMA devices (rdma/hca) per replica")
+    ephemeral_storage: str | None = None
+
+    @field_validator("cpu", "memory", "shared_memory", "ephemeral_storage", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any, info) -> str | None:
+        return _check_quantity(value, info.field_name)
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _whole_gpus(cls, value: Any) -> Any:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(
+                f"gpu {value} is fractional; Kubernetes schedules whole GPUs: use an integer "
+                "(GPU sharing needs a device plugin such as MIG or time-slicing)"
+            )
+        if isinstance(value, str) and not value.isdigit():
+            raise ValueError(f"gpu {value!r} must be a whole number of GPUs")
+        return int(value) if isinstance(value, (float, str)) else value
+
+    @model_validator(mode="after")
+    def _gpu_type_needs_gpu(self) -> Resources:
+        if self.gpu_type and not self.gpu:
+            raise ValueError(f"gpu_type {self.gpu_type!r} is set but gpu is 0; set gpu >= 1")
+        return self
+
+
+class Role(_Model):
+    """One role of the job: `replicas` pods, optionally with their own image/command/env."""
+
+    replicas: int = Field(1, description="number of pods of this role")
+    resources: Resources | None = Field(None, description="overrides the job's resources")
+    image: str | None = None
+    command: list[str] | None = None
+    shell: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("replicas")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"replicas must be >= 1 (got {value}); drop the role to not run it")
+        return value
+
+    @model_validator(mode="after")
+    def _one_command(self) -> Role:
+        if self.command is not None and self.shell is not None:
+            raise ValueError("set either command (a list) or shell (a string), not both")
+        return self
+
+
+# Storage: what DLC calls data sources. Each mount puts one volume at mount_path.
+class _Mount(_Model):
+    mount_path: str = Field(description="absolute path inside the containers")
+    read_only: bool = False
+    sub_path: str | None = None
+
+    @field_validator("mount_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not is_templated(value) and not value.startswith("/"):
+            raise ValueError(f"mount_path {value!r} must be an absolute path such as /data")
+        return value
+
+
+class PVCMount(_Mount):
+    type: Literal["pvc"] = "pvc"
+    claim_name: str
+
+
+class NFSMount(_Mount):
+    """NFS / NAS share."""
+
+    type: Literal["nfs"] = "nfs"
+    server: str
+    path: str
+
+
+class HostPathMount(_Mount):
+    type: Literal["host_path"] = "host_path"
+    path: str
+
+
+class CSIMount(_Mount):
+    """Inline CSI volume, for object stores (OSS, CPFS, S3 via a CSI driver...)."""
+
+    type: Literal["csi"] = "csi"
+    driver: str
+    volume_attributes: dict[str, str] = Field(default_factory=dict)
+    secret_name: str | None = Field(None, description="nodePublishSecretRef")
+
+
+class ConfigMapMount(_Mount):
+    type: Literal["config_map"] = "config_map"
+    name: str
+
+
+class SecretMount(_Mount):
+    type: Literal["secret"] = "secret"
+    name: str
+
+
+class EmptyDirMount(_Mount):
+    type: Literal["empty_dir"] = "empty_dir"
+    size_limit: str | None = None
+    memory: bool = False
+
+    @field_validator("size_limit", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any) -> str | None:
+        return _check_quantity(value, "size_limit")
+
+
+Storage = Annotated[
+    Union[PVCMount, NFSMount, HostPathMount, CSIMount, ConfigMapMount, SecretMount, EmptyDirMount],
+    Field(discriminator="type"),
+]
+
+
+class CodeSource(_Model):
+    """A git repository cloned by an init container into mount_path before the job starts."""
+
+    repo: str = Field(description="git URL")
+    revision: str = Field("main", description="branch, tag or commit")
+    mount_path: str = "/workspace/code"
+    image: str = Field("alpine/git:2.47.2", description="image with git for the clone step")
+    secret_name: str | None = Field(
+        None, description="Secret with git credentials (keys: username, password)"
+    )
+
+    @field_validator("mount_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"mount_path {value!r} must be an absolute path")
+        return value
+
+
+class Scheduling(_Model):
+    queue: str | None = Field(None, description="Kueue LocalQueue name")
+    priority_class: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    spot: Literal["none", "prefer", "require"] = Field(
+        "none", description="run on spot/preemptible nodes: prefer them, or require them"
+    )
+    include_nodes: list[str] = Field(default_factory=list, description="only these nodes")
+    exclude_nodes: list[str] = Field(default_factory=list, description="never these nodes")
+    service_account: str | None = None
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            check_label_key(key)
+            check_label_value(key, val)
+        return value
+
+    @field_validator("queue", "priority_class", "service_account")
+    @classmethod
+    def _dns_name(cls, value: str | None, info) -> str | None:
+        if value is not None and not is_templated(value):
+            if len(value) > 63 or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", value):
+                raise ValueError(
+                    f"{info.field_name} {value!r} must be a lowercase DNS name (a-z, 0-9, '-', '.')"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _nodes_disjoint(self) -> Scheduling:
+        both = sorted(set(self.include_nodes) & set(self.exclude_nodes))
+        if both:
+            raise ValueError(f"nodes {both} are in both include_nodes and exclude_nodes")
+        return self
+
+
+class FaultTolerance(_Model):
+    max_restarts: int = Field(
+        0, ge=0, description="times a failed replica is restarted before the job fails"
+    )
+    retryable_exit_codes: list[int] = Field(
+        default_factory=list,
+        description="only these exit codes are restarted; any other fails the job at once "
+        "(empty: every failure is restarted up to max_restarts)",
+    )
+    restart_on_preemption: bool = Field(
+        True, description="a preempted or evicted replica is replaced without counting a restart"
+    )
+
+    @field_validator("retryable_exit_codes")
+    @classmethod
+    def _codes(cls, value: list[int]) -> list[int]:
+        bad = [c for c in value if not 1 <= c <= 255]
+        if bad:
+            raise ValueError(f"retryable_exit_codes {bad}: exit codes are 1..255 (0 is success)")
+        return sorted(set(value))
+
+
+class HealthCheck(_Model):
+    """Preflight check (DLC "sanity check"): runs in the job image before the main command."""
+
+    command: list[str] = Field(description="e.g. [dlc-airflow, sanity-check]")
+
+    @field_validator("command")
+    @classmethod
+    def _not_empty(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("health_check.command must not be empty")
+        return value
+
+
+class Checkpoint(_Model):
+    uri: str = Field(description="root of this job's checkpoints: file://, s3://, oss://...")
+    path: str | None = Field(
+        None, description="where the containers see uri (a mount); defaults to uri's path for file://"
+    )
+    resume_from: str | None = Field(None, description="checkpoint to start from")
+    keep_last: int = Field(3, ge=1)
+
+    def container_path(self) -> str | None:
+        if self.path:
+            return self.path
+        if self.uri.startswith("file://"):
+            return self.uri[len("file://") :]
+        if self.uri.startswith("/"):
+            return self.uri
+        return None
+
+
+class Elastic(_Model):
+    """torchrun elastic training: the job runs with between min and max worker nodes."""
+
+    min_replicas: int = Field(ge=1)
+    max_replicas: int = Field(ge=1)
+    max_restarts: int = Field(3, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Elastic:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"elastic.min_replicas {self.min_replicas} > max_replicas {self.max_replicas}"
+            )
+        return self
+
+
+class DLCJob(_Model):
+    """One DLC-style distributed job."""
+
+    name: str | None = Field(
+        None, description="base of the Kubernetes names (default: the Airflow task id)"
+    )
+    type: JobType = JobType.custom
+    image: str = Field(description="container image of every role (a role may override it)")
+    command: list[str] | None = Field(None, description="argv; never split by a shell")
+    shell: str | None = Field(None, description="a shell command line, run with /bin/sh -c")
+    working_dir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    roles: dict[str, Role] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    storage: list[Storage] = Field(default_factory=list)
+    code: CodeSource | None = None
+    scheduling: Scheduling = Field(default_factory=Scheduling)
+    fault_tolerance: FaultTolerance = Field(default_factory=FaultTolerance)
+    health_check: HealthCheck | None = None
+    checkpoint: Checkpoint | None = None
+    max_running_time: timedelta | None = Field(
+        None, description="the job fails after this long (seconds or '2h')"
+    )
+    ttl_after_finished: timedelta | None = Field(
+        None, description="delete the finished job after this long"
+    )
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    # framework options
+    port: int | None = Field(None, ge=1, le=65535, description="rendezvous port (type default)")
+    nproc_per_node: int = Field(1, ge=1, description="processes per pod (torch types)")
+    elastic: Elastic | None = None
+    slots_per_worker: int = Field(1, ge=1, description="MPI slots per worker (mpi, deepspeed)")
+    launcher: Literal["torchrun", "mpi"] = Field(
+        "torchrun", description="deepspeed/megatron launcher flavour"
+    )
+
+    # -- field checks ------------------------------------------------------------------
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value or not value.strip():
+            raise ValueError("image is required: the container image every replica runs")
+        if not is_templated(value) and any(ch.isspace() for ch in value):
+            raise ValueError(f"image {value!r} contains whitespace")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is None or is_templated(value):
+            return value
+        from dlc_airflow.naming import MAX_BASE_NAME
+
+        if not _DNS_LABEL.match(value):
+            raise ValueError(
+                f"name {value!r} must be lowercase letters, digits and '-', starting with a letter"
+            )
+        if len(value) > MAX_BASE_NAME:
+            raise ValueError(
+                f"name {value!r} is {len(value)} characters; at most {MAX_BASE_NAME} fit in every "
+                f"derived Kubernetes name (e.g. <name>-worker-0): shorten it"
+            )
+        return value
+
+    @field_validator("max_running_time", "ttl_after_finished", mode="before")
+    @classmethod
+    def _duration(cls, value: Any, info) -> timedelta | None:
+        parsed = parse_duration(value, info.field_name)
+        if parsed is not None and parsed.total_seconds() <= 0:
+            raise ValueError(f"{info.field_name} must be positive")
+        return parsed
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_env(value, "env")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            check_label_key(key)
+            if key.startswith("dlc-airflow/"):
+                raise ValueError(f"label {key!r}: the dlc-airflow/ prefix is reserved")
+            check_label_value(key, val)
+        return value
+
+    @field_validator("roles", mode="before")
+    @classmethod
+    def _role_shorthand(cls, value: Any) -> Any:
+        # roles: {worker: 4} is short for roles: {worker: {replicas: 4}}
+        if isinstance(value, dict):
+            return {k: ({"replicas": v} if isinstance(v, int) else v) for k, v in value.items()}
+        return value
+
+    # -- whole-job checks --------------------------------------------------------------
+    @model_validator(mode="after")
+    def _consistent(self) -> DLCJob:
+        info = self.type_info
+        if self.command is not None and self.shell is not None:
+            raise ValueError("set either command (a list) or shell (a string), not both")
+        if self.command is not None and not self.command:
+            raise ValueError("command is an empty list; give the program and its arguments")
+        if not self.roles:
+            # validate_assignment would recurse; set the default roles directly
+            object.__setattr__(self, "roles", {r: Role(replicas=n) for r, n in info.default_roles.items()})
+        _check_roles(self, info)
+        for role_name, role in self.roles.items():
+            if role.env:
+                _check_env(role.env, f"roles.{role_name}.env")
+            if not self.has_command(role_name):
+                raise ValueError(
+                    f"roles.{role_name}: no command; set command (or shell) on the job or the role"
+                )
+        if self.elastic is not None and not info.torch:
+            raise ValueError(f"elastic is only for pytorch, deepspeed and megatron, not {self.type.value}")
+        if self.elastic is not None:
+            workers = self.roles.get("worker")
+            if workers and not self.elastic.min_replicas <= workers.replicas <= self.elastic.max_replicas:
+                raise ValueError(
+                    f"roles.worker.replicas {workers.replicas} is outside elastic "
+                    f"[{self.elastic.min_replicas}, {self.elastic.max_replicas}]"
+                )
+        if self.nproc_per_node != 1 and not info.torch:
+            raise ValueError(f"nproc_per_node is only for torch types, not {self.type.value}")
+        if self.launcher != "torchrun" and self.type not in (JobType.deepspeed, JobType.megatron):
+            raise ValueError("launcher is only for deepspeed and megatron")
+        paths = [m.mount_path for m in self.storage]
+        if self.code:
+            paths.append(self.code.mount_path)
+        dup = sorted({p for p in paths if paths.count(p) > 1})
+        if dup:
+            raise ValueError(f"storage: mount_path {dup} used more than once")
+        if self.checkpoint and self.checkpoint.container_path() is None:
+            raise ValueError(
+                f"checkpoint.uri {self.checkpoint.uri!r} is not a local path: set checkpoint.path "
+                "to where the containers see it (a storage mount)"
+            )
+        return self
+
+    # -- helpers used by backends ------------------------------------------------------
+    @property
+    def type_info(self) -> TypeInfo:
+        return JOB_TYPES[self.type]
+
+    def has_command(self, role: str) -> bool:
+        r = self.roles[role]
+        return bool(r.command or r.shell or self.command or self.shell)
+
+    def role_command(self, role: str) -> list[str]:
+        """The argv of a role: the role's own command, else the job's."""
+        r = self.roles[role]
+        if r.command:
+            return list(r.command)
+        if r.shell:
+            return ["/bin/sh", "-c", r.shell]
+        if self.command:
+            return list(self.command)
+        return ["/bin/sh", "-c", self.shell or ""]
+
+    def role_image(self, role: str) -> str:
+        return self.roles[role].image or self.image
+
+    def role_resources(self, role: str) -> Resources:
+        return self.roles[role].resources or self.resources
+
+    def role_env(self, role: str) -> dict[str, str]:
+        return {**self.env, **self.roles[role].env}
+
+    def total_replicas(self) -> int:
+        return sum(r.replicas for r in self.roles.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict that round-trips through model_validate (durations in seconds)."""
+        data = self.model_dump(mode="json", exclude_defaults=True)
+        for key in ("max_running_time", "ttl_after_finished"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = int(value.total_seconds())
+        return data
+
+
+def _check_env(env: dict[str, str], where: str) -> dict[str, str]:
+    for key, val in env.items():
+        if not _ENV_NAME.match(key):
+            raise ValueError(f"{where}: {key!r} is not a valid environment variable name")
+        if not isinstance(val, str):
+            raise ValueError(f"{where}.{key} must be a string (quote numbers in YAML)")
+    return env
+
+
+def _check_roles(job: DLCJob, info: TypeInfo) -> None:
+    allowed = info.roles
+    for role_name, role in job.roles.items():
+        if allowed is None:  # custom: any single role name
+            if not _DNS_LABEL.match(role_name) or len(role_name) > MAX_ROLE_NAME:
+                raise ValueError(
+                    f"roles.{role_name}: a role name is a lowercase DNS label of at most "
+                    f"{MAX_ROLE_NAME} characters"
+                )
+            continue
+        if role_name not in allowed:
+            raise ValueError(
+                f"roles.{role_name}: a {job.type.value} job has roles {sorted(allowed)}, "
+                f"not {role_name!r}"
+            )
+        most = allowed[role_name]
+        if most is not None and role.replicas > most:
+            raise ValueError(
+                f"roles.{role_name}.replicas is {role.replicas}; a {job.type.value} job has at "
+                f"most {most} {role_name}"
+            )
+    if allowed is None and len(job.roles) != 1:
+        raise ValueError(f"a custom job has exactly one role, got {sorted(job.roles)}")
+    for required in info.required_roles:
+        if required not in job.roles:
+            raise ValueError(f"roles: a {job.type.value} job needs a {required!r} role")
+    if info.one_of_roles and not any(r in job.roles for r in info.one_of_roles):
+        raise ValueError(
+            f"roles: a {job.type.value} job needs one of {list(info.one_of_roles)}"
+        )
+
+
+def _first_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).endswith("Mount"))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; check the spelling (see `dlc-airflow schema`)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        lines.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(lines)
+
+
+def parse_job(data: Any, source: str = "job spec") -> DLCJob:
+    """Validate a DLCJob / dict, raising SpecError with one actionable line per problem."""
+    if isinstance(data, DLCJob):
+        return data
+    try:
+        return DLCJob.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(f"invalid {source}: {_first_error(exc)}") from None
+
+
+def load_job(path: str | Path) -> DLCJob:
+    """Load a job spec from a YAML or JSON file."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read job spec {p}: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise SpecError(f"{p} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: a job spec is a mapping (name, type, image, ...)")
+    return parse_job(data, source=str(p))
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of DLCJob, for editors (yaml-language-server) and docs."""
+    return DLCJob.model_json_schema()

@@ -1,0 +1,1 @@
+"""Airflow operators DAG authors import: `from dlc_airflow.operators import DLCJobOperator`."""

@@ -1,0 +1,1 @@
+"""Airflow sensors: `from dlc_airflow.sensors import DLCJobSensor`."""
