@@ -1,0 +1,81 @@
+"""The job folder: everything the local backend knows about one job, on disk.
+
+    <root>/<name>/
+      spec.json         the DLCJob (DLCJob.to_dict())
+      labels.json       the job's labels (dlc-airflow/task-key finds a task's job)
+      state.json        the JobStatus, plus supervisor and replica pids; rewritten atomically
+      supervisor.json   pid + start time of the detached supervisor (written at submit)
+      supervisor.log    the supervisor's own output
+      stop.json         a stop request: reason and grace period
+      hostfile          MPI / DeepSpeed hostfile (mpi jobs, deepspeed with the mpi launcher)
+      logs/<role>-<i>.log       stdout+stderr of each replica (health check, then main command)
+      outputs/<role>-<i>.json   DLC_OUTPUT_FILE of each replica (dlc_airflow.runtime.metrics)
+      volumes/          empty_dir mounts (they live and die with the job)
+      code/             the code source checkout (job.code)
+    <root>/volumes/<kind>-<name>/   pvc, nfs, csi, config_map and secret mounts, shared by jobs
+
+State is only ever replaced whole (write a temp file, os.replace), so a reader never sees
+half a file; a waiting task polls state.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SPEC = "spec.json"
+LABELS = "labels.json"
+STATE = "state.json"
+SUPERVISOR = "supervisor.json"
+SUPERVISOR_LOG = "supervisor.log"
+STOP = "stop.json"
+HOSTFILE = "hostfile"
+LOGS = "logs"
+OUTPUTS = "outputs"
+VOLUMES = "volumes"
+CODE = "code"
+
+# A job name is a folder name: DNS-1123 subdomain characters, no '/' or '..'.
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def check_name(name: str) -> None:
+    if not isinstance(name, str) or len(name) > 253 or not _NAME.match(name) or ".." in name:
+        raise ValueError(
+            f"local job name {name!r} must be lowercase letters, digits, '-' and '.' "
+            "(a DNS-1123 name), at most 253 characters"
+        )
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace `path` atomically with `data` as JSON."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, separators=(",", ":"), default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return default
+    except ValueError:
+        # only replaced whole, so this is a file someone edited by hand: say so
+        raise ValueError(f"{path} is not valid JSON; the local job folder is damaged") from None
+
+
+def replica_key(role: str, index: int) -> str:
+    return f"{role}-{index}"

@@ -1,0 +1,344 @@
+"""LocalRunner: submit, find, watch, stop and delete local jobs.
+
+A local job is a folder (see dlc_airflow.local.jobdir) and a detached supervisor process
+(dlc_airflow.local.supervisor). Everything here works from the folder alone, so any
+process - the task that submitted the job, its retry, the triggerer - can adopt, watch or
+stop it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from dlc_airflow.local import jobdir as layout
+from dlc_airflow.local import procs
+from dlc_airflow.naming import LABEL_TASK_KEY
+from dlc_airflow.spec import DLCJob, parse_job
+from dlc_airflow.status import JobState, JobStatus
+
+__all__ = ["LocalRunner", "LocalJobError", "default_root"]
+
+# A job folder whose supervisor never announced itself is given up after this long.
+SUPERVISOR_START_TIMEOUT = 30.0
+MAX_LOG_READ = 1 << 20  # bytes per replica per read_logs call
+
+
+class LocalJobError(RuntimeError):
+    """A local job that cannot be submitted or found; the message says which and why."""
+
+
+def default_root() -> Path:
+    """$DLC_LOCAL_ROOT, else $AIRFLOW_HOME/dlc-local-jobs, else ~/.cache/dlc-airflow/local-jobs."""
+    if os.environ.get("DLC_LOCAL_ROOT"):
+        return Path(os.environ["DLC_LOCAL_ROOT"]).expanduser()
+    if os.environ.get("AIRFLOW_HOME"):
+        return Path(os.environ["AIRFLOW_HOME"]).expanduser() / "dlc-local-jobs"
+    return Path.home() / ".cache" / "dlc-airflow" / "local-jobs"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class LocalRunner:
+    """Runs DLC jobs as local processes, with the env the cluster backends inject."""
+
+    def __init__(self, root: str | os.PathLike | None = None) -> None:
+        self.root = Path(root).expanduser() if root is not None else default_root()
+        # how long stop() gives replicas between SIGTERM and SIGKILL
+        try:
+            self.grace_seconds = float(os.environ.get("DLC_LOCAL_GRACE_SECONDS", "10"))
+        except ValueError:
+            self.grace_seconds = 10.0
+        self._children: dict[str, subprocess.Popen] = {}
+
+    # -- paths ------------------------------------------------------------------------
+    def _dir(self, name: str) -> Path:
+        layout.check_name(name)
+        return self.root / name
+
+    def _state(self, path: Path) -> dict:
+        return layout.read_json(path / layout.STATE, {}) or {}
+
+    # -- submit -----------------------------------------------------------------------
+    def submit(self, job: DLCJob, name: str, labels: dict[str, str]) -> bool:
+        """Create and start job `name`; False if this task's job of that name exists (adopt).
+
+        Raises LocalJobError if `name` belongs to another task (labels dlc-airflow/task-key),
+        or if the supervisor cannot start (the job is then FAILED, never half-submitted).
+        """
+        job = parse_job(job, source=f"local job {name}")
+        jobdir = self._dir(name)
+        if jobdir.exists():
+            return self._adopt(name, labels)
+        self.root.mkdir(parents=True, exist_ok=True)
+        # Build the whole folder under a temporary name, then rename it into place: the
+        # rename is atomic and fails if the name exists, so of two racing submits exactly
+        # one creates the job and no reader ever sees a folder without its labels.
+        staging = self.root / f".staging-{name}-{uuid.uuid4().hex[:8]}"
+        staging.mkdir()
+        try:
+            (staging / layout.LOGS).mkdir()
+            (staging / layout.OUTPUTS).mkdir()
+            layout.write_json(staging / layout.SPEC, job.to_dict())
+            layout.write_json(staging / layout.LABELS, dict(labels))
+            layout.write_json(
+                staging / layout.STATE,
+                JobStatus(state=JobState.PENDING, created=_now()).model_dump(mode="json"),
+            )
+            try:
+                os.rename(staging, jobdir)
+            except OSError:
+                if jobdir.exists():
+                    return self._adopt(name, labels)
+                raise
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        self._start_supervisor(name, jobdir)
+        return True
+
+    def _adopt(self, name: str, labels: dict[str, str]) -> bool:
+        existing = layout.read_json(self.root / name / layout.LABELS, {}) or {}
+        mine, theirs = labels.get(LABEL_TASK_KEY), existing.get(LABEL_TASK_KEY)
+        if mine != theirs:
+            raise LocalJobError(
+                f"local job {name} under {self.root} belongs to task key {theirs!r}, not {mine!r}: "
+                f"use another job name, or delete the old job (LocalRunner.delete)"
+            )
+        return False
+
+    def _start_supervisor(self, name: str, jobdir: Path) -> None:
+        argv = [sys.executable, "-m", "dlc_airflow.local.supervisor", str(jobdir)]
+        try:
+            with open(jobdir / layout.SUPERVISOR_LOG, "ab") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=jobdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # detached: survives the task process and its signals
+                    close_fds=True,
+                )
+        except OSError as exc:
+            message = f"cannot start the local supervisor ({argv[0]}): {exc.strerror or exc}"
+            self._write_final(jobdir, JobState.FAILED, "SupervisorStartFailed", message)
+            raise LocalJobError(f"local job {name}: {message}") from None
+        self._children[name] = proc
+        identity = jobdir / layout.SUPERVISOR
+        if not identity.exists():
+            layout.write_json(identity, {"pid": proc.pid, "start": procs.start_time(proc.pid)})
+
+    # -- reading ----------------------------------------------------------------------
+    def find(self, selector: dict[str, str]) -> list[str]:
+        """Names of the jobs whose labels contain `selector`, oldest first."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for entry in os.scandir(self.root):
+            if entry.name.startswith(".") or entry.name == "volumes" or not entry.is_dir():
+                continue
+            path = Path(entry.path)
+            labels = layout.read_json(path / layout.LABELS, None)
+            if labels is None:
+                continue
+            if all(labels.get(k) == v for k, v in selector.items()):
+                created = self._state(path).get("created") or ""
+                found.append((created, entry.name))
+        return [name for _created, name in sorted(found)]
+
+    def labels(self, name: str) -> dict[str, str]:
+        labels = layout.read_json(self._dir(name) / layout.LABELS, None)
+        if labels is None:
+            raise LocalJobError(f"no local job {name} under {self.root}")
+        return labels
+
+    def status(self, name: str) -> JobStatus:
+        """The job's status; STOPPED/NotFound when there is no such job.
+
+        A supervisor that died without writing a final state makes the job FAILED
+        (SupervisorLost): its replicas are killed and that state is written for good.
+        """
+        jobdir = self._dir(name)
+        if not jobdir.is_dir():
+            return JobStatus(state=JobState.STOPPED, reason="NotFound",
+                             message=f"no local job {name} under {self.root}")
+        child = self._children.get(name)
+        if child is not None and child.poll() is not None:
+            self._children.pop(name, None)  # reaped: no zombie left behind
+        data = self._state(jobdir)
+        status = JobStatus.model_validate(data) if data else JobStatus(state=JobState.PENDING)
+        if status.terminal:
+            return status
+        lost = self._supervisor_lost(jobdir, status)
+        if lost is None:
+            return status
+        # It may have written its final state just before exiting: look once more.
+        data = self._state(jobdir)
+        status = JobStatus.model_validate(data)
+        if status.terminal:
+            return status
+        self._kill_replicas(data, grace=0.0)
+        return self._write_final(jobdir, JobState.FAILED, "SupervisorLost", lost)
+
+    def _supervisor_lost(self, jobdir: Path, status: JobStatus) -> str | None:
+        """Why the supervisor is gone, or None while it runs (or is still starting)."""
+        identity = layout.read_json(jobdir / layout.SUPERVISOR, None)
+        if identity is None:
+            created = status.created or _now()
+            if _now() - created < timedelta(seconds=SUPERVISOR_START_TIMEOUT):
+                return None
+            return (f"the supervisor of local job {jobdir.name} never started "
+                    f"(see {jobdir / layout.SUPERVISOR_LOG})")
+        if procs.alive(identity.get("pid"), identity.get("start")):
+            return None
+        from dlc_airflow.local.supervise import log_tail
+
+        tail = log_tail(jobdir / layout.SUPERVISOR_LOG)
+        return (f"the supervisor (pid {identity.get('pid')}) of local job {jobdir.name} died without "
+                f"writing a final state; its replicas were killed"
+                + (f"; {layout.SUPERVISOR_LOG}:\n{tail}" if tail else ""))
+
+    def _kill_replicas(self, state: dict, grace: float) -> None:
+        groups = [
+            info["pid"]
+            for info in (state.get("replicas") or {}).values()
+            if info.get("pid") and procs.alive(info["pid"], info.get("start"))
+        ]
+        procs.kill_groups(groups, grace)
+
+    def _write_final(self, jobdir: Path, state: JobState, reason: str, message: str) -> JobStatus:
+        data = self._state(jobdir)
+        previous = JobStatus.model_validate(data) if data else JobStatus(state=JobState.PENDING)
+        final = previous.model_copy(update={
+            "state": state, "reason": reason, "message": message, "finished": _now(),
+        })
+        for counts in final.roles.values():
+            counts.active = 0
+        out = final.model_dump(mode="json")
+        out["replicas"] = data.get("replicas", {})
+        layout.write_json(jobdir / layout.STATE, out)
+        return final
+
+    # -- stop / delete ----------------------------------------------------------------
+    def stop(self, name: str, reason: str = "Stopped") -> None:
+        """Kill every replica's process group (SIGTERM, SIGKILL after grace); final STOPPED.
+
+        Idempotent; a job that already ended keeps its final state.
+        """
+        jobdir = self._dir(name)
+        if not jobdir.is_dir() or self.status(name).terminal:
+            return
+        layout.write_json(jobdir / layout.STOP, {"reason": reason, "grace": self.grace_seconds})
+        identity = layout.read_json(jobdir / layout.SUPERVISOR, None) or {}
+        pid, started = identity.get("pid"), identity.get("start")
+        if procs.alive(pid, started):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + self.grace_seconds + 5.0
+            while time.monotonic() < deadline:
+                child = self._children.get(name)
+                if child is not None:
+                    child.poll()
+                if JobStatus.model_validate(self._state(jobdir)).terminal:
+                    return
+                if not procs.alive(pid, started):
+                    break
+                time.sleep(0.02)
+            if procs.alive(pid, started):  # hung: take over
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        data = self._state(jobdir)
+        if JobStatus.model_validate(data).terminal:
+            return
+        self._kill_replicas(data, grace=self.grace_seconds)
+        self._write_final(jobdir, JobState.STOPPED, reason, f"stopped: {reason}")
+
+    def delete(self, name: str) -> None:
+        """Stop the job if it runs, then remove its folder."""
+        jobdir = self._dir(name)
+        if not jobdir.is_dir():
+            return
+        self.stop(name, reason="Deleted")
+        # rename first: the name is free at once and no reader sees a half-deleted folder
+        trash = self.root / f".deleted-{name}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(jobdir, trash)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
+        self._children.pop(name, None)
+
+    # -- logs and outputs -------------------------------------------------------------
+    def read_logs(
+        self, name: str, offsets: dict[str, int] | None = None
+    ) -> tuple[list[tuple[str, str]], dict[str, int]]:
+        """New log lines since `offsets` as (replica, line), and the offsets to pass next time.
+
+        Only whole lines are returned while the job runs; a final line without a newline
+        comes once the job has ended.
+        """
+        offsets = dict(offsets or {})
+        jobdir = self._dir(name)
+        logs = jobdir / layout.LOGS
+        if not logs.is_dir():
+            return [], offsets
+        ended = JobStatus.model_validate(self._state(jobdir) or {"state": "PENDING"}).terminal
+        lines: list[tuple[str, str]] = []
+        for path in sorted(logs.glob("*.log"), key=_replica_order):
+            replica = path.stem
+            start = offsets.get(replica, 0)
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                data = handle.read(MAX_LOG_READ)
+            if not data:
+                continue
+            cut = len(data) if (ended and len(data) < MAX_LOG_READ) else data.rfind(b"\n") + 1
+            if cut <= 0:
+                continue
+            text = data[:cut].decode("utf-8", errors="replace")
+            lines.extend((replica, line) for line in text.splitlines())
+            offsets[replica] = start + cut
+        return lines, offsets
+
+    def outputs(self, name: str) -> dict[str, Any]:
+        """Metrics and outputs the replicas reported; the coordinator's win on conflicts."""
+        from dlc_airflow import wiring
+        from dlc_airflow.runtime.metrics import read_outputs
+
+        jobdir = self._dir(name)
+        merged: dict[str, Any] = {"metrics": {}, "outputs": {}}
+        folder = jobdir / layout.OUTPUTS
+        if not folder.is_dir():
+            return merged
+        lead = None
+        spec = layout.read_json(jobdir / layout.SPEC, None)
+        if spec is not None:
+            lead = layout.replica_key(wiring.coordinator(DLCJob.model_validate(spec)), 0)
+        files = sorted(folder.glob("*.json"), key=_replica_order)
+        # merge the coordinator last, so its values win
+        files.sort(key=lambda p: p.stem == lead)
+        for path in files:
+            doc = read_outputs(path)
+            merged["metrics"].update(doc["metrics"])
+            merged["outputs"].update(doc["outputs"])
+        return merged
+
+
+def _replica_order(path: Path) -> tuple[str, int]:
+    role, _, index = path.stem.rpartition("-")
+    return (role, int(index)) if index.isdigit() else (path.stem, -1)

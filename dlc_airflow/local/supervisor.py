@@ -1,0 +1,57 @@
+"""The detached supervisor of one local job: `python -m dlc_airflow.local.supervisor <jobdir>`.
+
+LocalRunner.submit starts it in its own session, so it outlives the task process that
+submitted the job (deferral, a worker restart, a retry that adopts the job). It:
+
+1. reads spec.json and maps volumes to local folders (dlc_airflow.local.volumes), clones
+   the code source, allocates one free 127.0.0.1 port per replica that peers dial, writes
+   the MPI/DeepSpeed hostfile;
+2. gives every replica os.environ + exactly the wiring the cluster backends inject
+   (dlc_airflow.wiring.replica_env with host 127.0.0.1 and those ports), plus
+   JOB_COMPLETION_INDEX and DLC_OUTPUT_FILE=<jobdir>/outputs/<role>-<i>.json; wiring
+   variables inherited from the submitting process are dropped first;
+3. runs each replica in its own process group: health_check.command once, then the
+   main command, stdout+stderr appended to logs/<role>-<i>.log;
+4. applies fault tolerance as the native backend does per index: a replica that exits
+   non-zero with a retryable code (any, when retryable_exit_codes is empty) is restarted
+   up to max_restarts times; otherwise the other replicas are killed and the job FAILED
+   (BackoffLimitExceeded, PodFailurePolicy, HealthCheckFailed, DeadlineExceeded after
+   max_running_time);
+5. writes state.json atomically at every change, and on SIGTERM (LocalRunner.stop)
+   kills every replica's process group (SIGTERM, SIGKILL after the grace period) and
+   ends STOPPED.
+
+Ray jobs run only the head's command: ray.init() in it starts a local Ray cluster, so
+worker replicas would only duplicate it. The job's `port` is not used locally (every
+job gets free ports, so two jobs never clash); a fixed MASTER_PORT in the job's env still
+wins, as on a cluster.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+# Set by SIGTERM/SIGINT; installed before the heavy imports so a stop is never lost.
+_stop_signal: list[int] = []
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    _stop_signal.append(signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m dlc_airflow.local.supervisor <jobdir>", file=sys.stderr)
+        return 2
+    from dlc_airflow.local.supervise import Supervisor
+
+    return Supervisor(Path(args[0]).resolve(), _stop_signal).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
