@@ -568,6 +568,11 @@ class DLCJob(_Model):
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict that round-trips through model_validate (durations in seconds)."""
         data = self.model_dump(mode="json", exclude_defaults=True)
+        if self.storage:
+            # exclude_defaults drops each mount's `type`, the discriminator validation needs
+            data["storage"] = [
+                {"type": m.type, **m.model_dump(mode="json", exclude_defaults=True)} for m in self.storage
+            ]
         for key in ("max_running_time", "ttl_after_finished"):
             value = getattr(self, key)
             if value is not None:
