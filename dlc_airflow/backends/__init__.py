@@ -1,0 +1,75 @@
+"""Kubernetes backends: pure render and status functions per target API.
+
+    backend = get_backend("native")          # or kubeflow, trainer, jobset, ray
+    objects = backend.render(job, name, identity, attempt)   # first object is the primary
+    state = backend.status(server_objects, pods)              # JobStatus
+
+| backend  | objects                                   | types                                   |
+|----------|-------------------------------------------|-----------------------------------------|
+| native   | batch/v1 Indexed Job per role + Service   | all but ray                             |
+| jobset   | jobset.x-k8s.io/v1alpha2 JobSet           | all but ray                             |
+| kubeflow | kubeflow.org/v1 PyTorchJob/TFJob/MPIJob/XGBoostJob | torch types, tensorflow, mpi, xgboost |
+| trainer  | trainer.kubeflow.org/v1alpha1 TrainJob    | pytorch, deepspeed, megatron, mpi       |
+| ray      | ray.io/v1 RayJob                          | ray                                     |
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from dlc_airflow.backends.base import Backend, BackendError, ResourceKind
+
+__all__ = ["Backend", "BackendError", "ResourceKind", "get_backend", "BACKENDS", "DEFAULT_BACKEND"]
+
+DEFAULT_BACKEND = "native"
+
+
+def _native() -> Backend:
+    from dlc_airflow.backends.native import NativeBackend
+
+    return NativeBackend()
+
+
+def _kubeflow() -> Backend:
+    from dlc_airflow.backends.kubeflow import KubeflowBackend
+
+    return KubeflowBackend()
+
+
+def _trainer() -> Backend:
+    from dlc_airflow.backends.trainer import TrainerBackend
+
+    return TrainerBackend()
+
+
+def _jobset() -> Backend:
+    from dlc_airflow.backends.jobset import JobSetBackend
+
+    return JobSetBackend()
+
+
+def _ray() -> Backend:
+    from dlc_airflow.backends.ray import RayBackend
+
+    return RayBackend()
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {
+    "native": _native,
+    "kubeflow": _kubeflow,
+    "trainer": _trainer,
+    "jobset": _jobset,
+    "ray": _ray,
+}
+
+
+def get_backend(name: str | None = None) -> Backend:
+    """The backend called `name` (default: native)."""
+    key = (name or DEFAULT_BACKEND).strip().lower()
+    try:
+        factory = BACKENDS[key]
+    except KeyError:
+        raise BackendError(
+            f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)} (default {DEFAULT_BACKEND})"
+        ) from None
+    return factory()

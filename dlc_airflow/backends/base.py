@@ -1,0 +1,318 @@
+"""What every Kubernetes backend answers, and the status helpers they share.
+
+A backend is a set of pure functions over plain dicts:
+
+- `check(job)`: can this backend run the job? (BackendError naming what to use instead)
+- `render(job, name, identity, attempt)`: the objects to create, in creation order; the first
+  is the *primary* (the client gives every later object an ownerReference to it, so deleting
+  the primary deletes the job);
+- `kind(job)` / `kinds(job)`: the kind the waiting side watches, and every kind render makes;
+- `status(objects, pods)`: the job's normalised JobStatus from the server's objects of the
+  watched kind (and optionally its pods, for scheduler and exit-code detail).
+
+Nothing here talks to a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar, Iterable
+
+from dlc_airflow import naming
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition, parse_time
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "ResourceKind",
+    "KUEUE_QUEUE_LABEL",
+    "check_name",
+    "object_labels",
+    "object_annotations",
+    "apply_pods",
+    "unschedulable",
+    "pod_failure",
+    "pod_role_counts",
+    "earliest",
+    "latest",
+]
+
+# Kueue admits workloads that carry this label (the value is a LocalQueue).
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class BackendError(ValueError):
+    """A job this backend cannot run (or an unknown backend); the message says what to use."""
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """An API kind: what the client lists, watches and deletes."""
+
+    api_version: str  # "batch/v1", "kubeflow.org/v1", "v1"
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    def __str__(self) -> str:
+        return f"{self.kind}.{self.api_version}"
+
+
+JOB = ResourceKind("batch/v1", "Job", "jobs")
+SERVICE = ResourceKind("v1", "Service", "services")
+CONFIG_MAP = ResourceKind("v1", "ConfigMap", "configmaps")
+
+
+# Which backends can run which job types (by name); render() of each enforces its own part.
+_ALL_BUT_RAY = ("pytorch", "deepspeed", "megatron", "tensorflow", "mpi", "xgboost", "batch", "custom")
+SUPPORTED_TYPES: dict[str, tuple[str, ...]] = {
+    "native": _ALL_BUT_RAY,
+    "jobset": _ALL_BUT_RAY,
+    "kubeflow": ("pytorch", "deepspeed", "megatron", "tensorflow", "mpi", "xgboost"),
+    "trainer": ("pytorch", "deepspeed", "megatron", "mpi"),
+    "ray": ("ray",),
+}
+
+
+def suggest(job_type: str, current: str) -> str:
+    """'use backend=...' naming the other backends that run `job_type`."""
+    names = [b for b, types in SUPPORTED_TYPES.items() if job_type in types and b != current]
+    if not names:
+        return "no backend runs it"
+    quoted = [f"'{b}'" + (" (default)" if b == "native" else "") + (" (KubeRay)" if b == "ray" else "") for b in names]
+    listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    return f"use backend={listed}"
+
+
+def unsupported_type(job_type: str, backend: str, why: str) -> BackendError:
+    return BackendError(f"job type {job_type!r} cannot run on the {backend} backend ({why}): {suggest(job_type, backend)}")
+
+
+def check_name(name: str, backend: str) -> None:
+    """The derived job name must be a DNS-1035 label short enough for every child name."""
+    if not isinstance(name, str) or not _DNS_1035.match(name):
+        raise BackendError(
+            f"{backend} backend: job name {name!r} must be a DNS-1035 label (lowercase letters, "
+            "digits and '-', starting with a letter); derive it with naming.job_name"
+        )
+    if len(name) > naming.MAX_BASE_NAME:
+        raise BackendError(
+            f"{backend} backend: job name {name!r} is {len(name)} characters; at most "
+            f"{naming.MAX_BASE_NAME} leave room for child names such as <name>-worker-0"
+        )
+
+
+def object_labels(
+    job: DLCJob,
+    name: str,
+    identity: naming.TaskIdentity | None,
+    attempt: int | None,
+    role: str | None = None,
+) -> dict[str, str]:
+    """The user's labels under ours (ours win: the waiting side selects on them)."""
+    labels = {**job.labels, **naming.job_labels(name, identity, attempt)}
+    if role is not None:
+        labels[naming.LABEL_ROLE] = role
+    return labels
+
+
+def object_annotations(job: DLCJob, identity: naming.TaskIdentity | None) -> dict[str, str]:
+    return {**job.annotations, **naming.job_annotations(identity)}
+
+
+def queue_labels(job: DLCJob) -> dict[str, str]:
+    """Kueue's queue label for the top-level object(s), when the job names a queue."""
+    return {KUEUE_QUEUE_LABEL: job.scheduling.queue} if job.scheduling.queue else {}
+
+
+def deadline_seconds(job: DLCJob) -> int | None:
+    if job.max_running_time is None:
+        return None
+    return max(1, int(job.max_running_time.total_seconds()))
+
+
+def ttl_seconds(job: DLCJob) -> int | None:
+    if job.ttl_after_finished is None:
+        return None
+    return max(0, int(job.ttl_after_finished.total_seconds()))
+
+
+class Backend(ABC):
+    """Base class of the Kubernetes backends; subclasses fill in the abstract parts."""
+
+    name: ClassVar[str]
+
+    def check(self, job: DLCJob) -> None:
+        """Raise BackendError if this backend cannot run `job` (type or option)."""
+
+    def render(
+        self,
+        job: DLCJob,
+        name: str,
+        identity: naming.TaskIdentity | None = None,
+        attempt: int | None = None,
+    ) -> list[dict]:
+        """The job's objects in creation order; the first one is the primary."""
+        check_name(name, self.name)
+        self.check(job)
+        # A JSON round trip: plain JSON types only, and no dict shared between two places
+        # (a client mutating one object must not change another).
+        return json.loads(json.dumps(self._render(job, name, identity, attempt)))
+
+    @abstractmethod
+    def _render(
+        self, job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int | None
+    ) -> list[dict]: ...
+
+    @abstractmethod
+    def kind(self, job: DLCJob) -> ResourceKind:
+        """The kind whose objects `status()` reads (the one the waiting side watches)."""
+
+    def kinds(self, job: DLCJob) -> list[ResourceKind]:
+        """Every kind render() produces, the watched one first (what stop deletes)."""
+        return [self.kind(job)]
+
+    def selector(self, name: str) -> dict[str, str]:
+        """Labels that select the job's objects of the watched kind, and its pods."""
+        return {naming.LABEL_JOB: name}
+
+    def main_container(self, job: DLCJob, role: str) -> str:
+        """Name of the container that runs the user's command in a pod of `role`."""
+        return "main"
+
+    @abstractmethod
+    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+        """The JobStatus of the job from its current objects (and pods, if given)."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+# -- status helpers shared by every backend ---------------------------------------------------
+
+
+def not_found() -> JobStatus:
+    return JobStatus(state=JobState.STOPPED, reason="NotFound", message="the job's objects are gone (deleted)")
+
+
+def earliest(values: Iterable[object]) -> datetime | None:
+    times = [t for t in (parse_time(v) for v in values) if t is not None]
+    return min(times) if times else None
+
+
+def latest(values: Iterable[object]) -> datetime | None:
+    times = [t for t in (parse_time(v) for v in values) if t is not None]
+    return max(times) if times else None
+
+
+def condition_time(obj: dict, ctype: str) -> object:
+    cond = condition(obj, ctype)
+    return (cond or {}).get("lastTransitionTime")
+
+
+def _pod_condition(pod: dict, ctype: str) -> dict | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return cond
+    return None
+
+
+def unschedulable(pods: list[dict] | None) -> tuple[str, str] | None:
+    """(pod name, scheduler message) of the first pending pod the scheduler cannot place."""
+    for pod in sorted(pods or [], key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        status = pod.get("status") or {}
+        if status.get("phase", "Pending") != "Pending":
+            continue
+        cond = _pod_condition(pod, "PodScheduled")
+        if cond and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            return (pod.get("metadata") or {}).get("name", ""), cond.get("message", "")
+    return None
+
+
+def _terminated(status: dict) -> dict | None:
+    state = status.get("state") or {}
+    last = status.get("lastState") or {}
+    return state.get("terminated") or last.get("terminated")
+
+
+def pod_failure(pods: list[dict] | None) -> str:
+    """What failed, from the pods: 'pod P container C exited with code N (OOMKilled)'.
+
+    Looks at failed pods first (newest last, so the latest failure wins), then at containers
+    that terminated with a non-zero code in pods that are still around.
+    """
+    candidates = []
+    for pod in pods or []:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        failed_pod = status.get("phase") == "Failed"
+        for kind, key in (("init container", "initContainerStatuses"), ("container", "containerStatuses")):
+            for cs in status.get(key) or []:
+                term = _terminated(cs)
+                if term and term.get("exitCode", 0) != 0:
+                    text = f"pod {meta.get('name', '?')} {kind} {cs.get('name', '?')} exited with code {term.get('exitCode')}"
+                    extra = [v for v in (term.get("reason"), term.get("message")) if v]
+                    if extra:
+                        text += f" ({': '.join(str(v).strip() for v in extra)})"
+                    candidates.append((failed_pod, str(term.get("finishedAt") or ""), text))
+        if failed_pod and status.get("reason") and not any(c[2].startswith(f"pod {meta.get('name')}") for c in candidates):
+            # Evicted, DeadlineExceeded...: the pod failed without a container exit code.
+            text = f"pod {meta.get('name', '?')} failed: {status.get('reason')}"
+            if status.get("message"):
+                text += f" ({status['message']})"
+            candidates.append((True, "", text))
+    if not candidates:
+        return ""
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    return candidates[-1][2]
+
+
+def pod_role_counts(pods: list[dict] | None) -> dict[str, RoleCounts]:
+    """Per-role pod counts (by the dlc-airflow/role label): active, succeeded, failed."""
+    counts: dict[str, RoleCounts] = {}
+    for pod in pods or []:
+        role = ((pod.get("metadata") or {}).get("labels") or {}).get(naming.LABEL_ROLE)
+        if not role:
+            continue
+        c = counts.setdefault(role, RoleCounts())
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if phase == "Succeeded":
+            c.succeeded += 1
+        elif phase == "Failed":
+            c.failed += 1
+        else:
+            c.active += 1
+    return counts
+
+
+def apply_pods(status: JobStatus, pods: list[dict] | None) -> JobStatus:
+    """Refine a status with what the pods say.
+
+    - a live job with a pod the scheduler cannot place is QUEUED, reason Unschedulable, with
+      the scheduler's message verbatim (the waiting side fails it after its queue timeout);
+    - a failed job's message gains the failing container's exit code and reason.
+    """
+    if not pods:
+        return status
+    if not status.terminal and not (status.state is JobState.QUEUED and status.reason == "Suspended"):
+        found = unschedulable(pods)
+        if found:
+            return status.model_copy(
+                update={"state": JobState.QUEUED, "reason": "Unschedulable", "message": found[1]}
+            )
+    if status.state is JobState.FAILED:
+        detail = pod_failure(pods)
+        if detail and detail not in status.message:
+            message = f"{status.message}; {detail}" if status.message else detail
+            return status.model_copy(update={"message": message})
+    return status

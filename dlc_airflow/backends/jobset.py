@@ -1,0 +1,218 @@
+"""The jobset backend: one JobSet (jobset.x-k8s.io/v1alpha2) with a replicatedJob per role.
+
+Each role is a replicatedJob named after it (replicas 1) whose Job template is the native
+role Job's spec, so pods resolve as `<name>-<role>-0-<i>.<name>` (JobSet names the Job
+`<name>-<role>-0` and runs its own headless Service `<name>`: network.enableDNSHostnames,
+subdomain <name>). Every type the native backend supports runs here too.
+
+Fault tolerance is JobSet's: a failed replica restarts the whole set (all roles recreated,
+what a distributed job needs after losing a rank), up to `failurePolicy.maxRestarts =
+fault_tolerance.max_restarts`. The child Jobs have `backoffLimit: 0` and keep the native
+podFailurePolicy (preempted pods are replaced without a restart; a non-retryable exit code
+fails the child Job with reason PodFailurePolicy). A failurePolicy rule turns child failures
+with reason PodFailurePolicy or DeadlineExceeded into FailJobSet: no restart for permanent
+errors or for running out of time. activeDeadlineSeconds is per child Job (a restart starts a
+new deadline); ttlSecondsAfterFinished and suspend (Kueue) are set on the JobSet.
+
+successPolicy: All over every role except servers (TensorFlow ps), which never exit.
+MPI hostfiles: a ConfigMap `<name>-hostfile` (second object, owned by the JobSet).
+"""
+
+from __future__ import annotations
+
+from dlc_airflow import naming, wiring
+from dlc_airflow.backends.base import (
+    CONFIG_MAP,
+    Backend,
+    BackendError,
+    ResourceKind,
+    apply_pods,
+    condition_time,
+    earliest,
+    latest,
+    not_found,
+    object_annotations,
+    object_labels,
+    pod_role_counts,
+    queue_labels,
+    ttl_seconds,
+    unsupported_type,
+)
+from dlc_airflow.backends.native import (
+    MAIN_CONTAINER,
+    SERVER_ROLES,
+    hostfile_config_map,
+    hostfile_path,
+    role_job_spec,
+)
+from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
+from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
+
+JOBSET = ResourceKind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets")
+# JobSet's webhook checks `<name>-<role>-<jobindex>-<podindex>-abcde` (a 5-character pod name
+# suffix) against the 63-character DNS label limit.
+_POD_SUFFIX = len("-abcde")
+PERMANENT_FAILURE_REASONS = ["PodFailurePolicy", "DeadlineExceeded"]
+
+
+def jobset_addressing(name: str, job: DLCJob) -> wiring.Addressing:
+    from dlc_airflow.backends.native import DEFAULT_PORT
+
+    port = wiring.rendezvous_port(job) or DEFAULT_PORT
+    return wiring.Addressing(host=lambda role, i: f"{name}-{role}-0-{i}.{name}", port=lambda role, i: port)
+
+
+class JobSetBackend(Backend):
+    name = "jobset"
+
+    def check(self, job: DLCJob) -> None:
+        if job.type is JobType.ray:
+            raise unsupported_type("ray", self.name, "a Ray cluster needs the KubeRay operator")
+
+    def kind(self, job: DLCJob) -> ResourceKind:
+        return JOBSET
+
+    def kinds(self, job: DLCJob) -> list[ResourceKind]:
+        return [JOBSET, CONFIG_MAP] if hostfile_path(job) else [JOBSET]
+
+    def main_container(self, job: DLCJob, role: str) -> str:
+        return MAIN_CONTAINER
+
+    def _render(self, job, name, identity, attempt):
+        for role, spec in job.roles.items():
+            pod = f"{name}-{role}-0-{spec.replicas - 1}"
+            if len(pod) + _POD_SUFFIX > naming.MAX_NAME:
+                raise BackendError(
+                    f"jobset backend: pod names such as {pod}-xxxxx exceed 63 characters; "
+                    f"shorten the job name or role {role!r}, or use backend='native'"
+                )
+        addr = jobset_addressing(name, job)
+        labels = object_labels(job, name, identity, attempt)
+        annotations = object_annotations(job, identity)
+        extra, config_maps = None, []
+        if found := hostfile_config_map(job, name, addr, labels, annotations):
+            config_maps, extra = [found[0]], found[1]
+
+        replicated = []
+        for role in ordered_roles(job.roles):
+            role_labels = object_labels(job, name, identity, attempt, role)
+            template = pod_template(
+                job,
+                role,
+                wiring.role_env(job, name, role, addr),
+                labels=role_labels,
+                annotations=annotations,
+                container_name=MAIN_CONTAINER,
+                index=JOB_INDEX,
+                subdomain=None,  # JobSet sets the pods' subdomain to network.subdomain
+                extra=extra,
+            )
+            job_meta: dict = {"labels": role_labels}
+            if annotations:
+                job_meta["annotations"] = annotations
+            replicated.append(
+                {
+                    "name": role,
+                    "replicas": 1,
+                    "template": {
+                        "metadata": job_meta,
+                        "spec": role_job_spec(
+                            job, role, template, per_index_restarts=False, ttl=False, suspend=False
+                        ),
+                    },
+                }
+            )
+
+        spec: dict = {
+            "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
+            "replicatedJobs": replicated,
+            "successPolicy": {"operator": "All"},
+            "failurePolicy": {
+                "maxRestarts": job.fault_tolerance.max_restarts,
+                "rules": [
+                    {
+                        "name": "FailOnPermanentError",
+                        "action": "FailJobSet",
+                        "onJobFailureReasons": list(PERMANENT_FAILURE_REASONS),
+                    }
+                ],
+            },
+        }
+        servers = [r for r in job.roles if r in SERVER_ROLES]
+        if servers:
+            spec["successPolicy"]["targetReplicatedJobs"] = [r for r in ordered_roles(job.roles) if r not in servers]
+        if (ttl := ttl_seconds(job)) is not None:
+            spec["ttlSecondsAfterFinished"] = ttl
+        if job.scheduling.queue:
+            spec["suspend"] = True
+        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        if annotations:
+            metadata["annotations"] = annotations
+        jobset = {"apiVersion": JOBSET.api_version, "kind": "JobSet", "metadata": metadata, "spec": spec}
+        return [jobset, *config_maps]
+
+    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+        if not objects:
+            return not_found()
+        return apply_pods(jobset_status(objects[0], pods), pods)
+
+
+def jobset_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
+    spec, st = obj.get("spec") or {}, obj.get("status") or {}
+    restarts = int(st.get("restarts") or 0)
+
+    # Per role: replicas from the spec; counts from pods when given, else from the
+    # replicatedJobsStatus (which counts Jobs: a Job stands for all its pods).
+    roles: dict[str, RoleCounts] = {}
+    for rj in spec.get("replicatedJobs") or []:
+        job_spec = (rj.get("template") or {}).get("spec") or {}
+        per_job = int(job_spec.get("completions") or job_spec.get("parallelism") or 1)
+        roles[rj["name"]] = RoleCounts(replicas=per_job * int(rj.get("replicas") or 1))
+    by_pods = pod_role_counts(pods)
+    for rjs in st.get("replicatedJobsStatus") or []:
+        c = roles.setdefault(rjs["name"], RoleCounts())
+        if rjs["name"] in by_pods:
+            continue
+        if int(rjs.get("active") or 0):
+            c.active = c.replicas
+        if int(rjs.get("succeeded") or 0):
+            c.succeeded = c.replicas
+        if int(rjs.get("failed") or 0):
+            c.failed = c.replicas
+    for role, counts in by_pods.items():
+        roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
+
+    meta = obj.get("metadata") or {}
+    base = {
+        "roles": roles,
+        "restarts": restarts,
+        "created": earliest([meta.get("creationTimestamp")]),
+        "started": earliest(((p.get("status") or {}).get("startTime") for p in pods or [])),
+    }
+    if cond := condition(obj, "Failed"):
+        return JobStatus(
+            state=JobState.FAILED,
+            reason=cond.get("reason") or "Failed",
+            message=cond.get("message") or "",
+            finished=latest([cond.get("lastTransitionTime")]),
+            **base,
+        )
+    if cond := condition(obj, "Completed"):
+        return JobStatus(
+            state=JobState.SUCCEEDED,
+            reason=cond.get("reason") or "Completed",
+            message=cond.get("message") or "",
+            finished=latest([condition_time(obj, "Completed")]),
+            **base,
+        )
+    if (cond := condition(obj, "Suspended")) or spec.get("suspend"):
+        message = (cond or {}).get("message") or "suspended (waiting for admission, e.g. Kueue)"
+        return JobStatus(state=JobState.QUEUED, reason="Suspended", message=message, **base)
+    statuses = st.get("replicatedJobsStatus") or []
+    if any(int(s.get("failed") or 0) for s in statuses) or (restarts and not any(int(s.get("ready") or 0) for s in statuses)):
+        return JobStatus(state=JobState.RESTARTING, reason="Restarting", message=f"restart {restarts}", **base)
+    if any(int(s.get("ready") or 0) or int(s.get("succeeded") or 0) for s in statuses):
+        return JobStatus(state=JobState.RUNNING, reason="Running", **base)
+    return JobStatus(state=JobState.PENDING, reason="Created", **base)

@@ -1,0 +1,281 @@
+"""The kubeflow backend: Kubeflow Training Operator v1 jobs (kubeflow.org/v1).
+
+| type                          | kind       | replica types                  | container  |
+|-------------------------------|------------|--------------------------------|------------|
+| pytorch, deepspeed, megatron  | PyTorchJob | Master, Worker                 | pytorch    |
+| tensorflow                    | TFJob      | Chief, PS, Worker, Evaluator   | tensorflow |
+| mpi                           | MPIJob     | Launcher, Worker               | mpi        |
+| xgboost                       | XGBoostJob | Master, Worker                 | xgboost    |
+
+The operator injects the framework env itself (MASTER_ADDR/PORT, WORLD_SIZE, RANK, PET_*,
+TF_CONFIG, the MPI hostfile and OMPI_MCA_*), so the pods get only our generic env (DLC_*,
+checkpoint, presets, the user's env) and the replica index from the operator's
+`training.kubeflow.org/replica-index` label. DeepSpeed/Megatron with launcher="mpi" also get
+our hostfile ConfigMap (`<name>-<role>-<i>` are the operator's per-pod Services).
+
+XGBoostJob requires a Master: a worker-only xgboost job runs its first replica as Master and
+the rest as Workers (the same ranks as on the native backend).
+
+runPolicy: cleanPodPolicy Running (finished pods stay for logs and outputs), backoffLimit =
+max_restarts, activeDeadlineSeconds, ttlSecondsAfterFinished, schedulingPolicy {queue,
+priorityClass}, suspend when a Kueue queue is set (with the queue-name label).
+Replica restartPolicy: Never without restarts; with restarts ExitCode when
+retryable_exit_codes are set (the operator's ExitCode policy restarts on codes 128-255 and
+fails on 1-127: exact code lists cannot be expressed), else OnFailure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlc_airflow import naming, wiring
+from dlc_airflow.backends.base import (
+    CONFIG_MAP,
+    Backend,
+    BackendError,
+    ResourceKind,
+    apply_pods,
+    deadline_seconds,
+    earliest,
+    latest,
+    not_found,
+    object_annotations,
+    object_labels,
+    queue_labels,
+    ttl_seconds,
+    unsupported_type,
+)
+from dlc_airflow.backends.native import hostfile_config_map, hostfile_path
+from dlc_airflow.backends.podspec import IndexSource, pod_template
+from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
+
+API_VERSION = "kubeflow.org/v1"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+REPLICA_INDEX = IndexSource("DLC_REPLICA_INDEX", f"metadata.labels['{REPLICA_INDEX_LABEL}']")
+
+
+@dataclass(frozen=True)
+class Flavor:
+    kind: ResourceKind
+    specs_field: str  # e.g. pytorchReplicaSpecs
+    container: str  # the container the operator wires
+    port_name: str | None  # the container port the operator looks up
+    replica_types: dict[str, str]  # our role -> replica type
+
+
+TORCH = Flavor(
+    ResourceKind(API_VERSION, "PyTorchJob", "pytorchjobs"),
+    "pytorchReplicaSpecs",
+    "pytorch",
+    "pytorchjob-port",
+    {"master": "Master", "worker": "Worker"},
+)
+TENSORFLOW = Flavor(
+    ResourceKind(API_VERSION, "TFJob", "tfjobs"),
+    "tfReplicaSpecs",
+    "tensorflow",
+    "tfjob-port",
+    {"chief": "Chief", "ps": "PS", "worker": "Worker", "evaluator": "Evaluator"},
+)
+MPI = Flavor(
+    ResourceKind(API_VERSION, "MPIJob", "mpijobs"),
+    "mpiReplicaSpecs",
+    "mpi",
+    None,
+    {"launcher": "Launcher", "worker": "Worker"},
+)
+XGBOOST = Flavor(
+    ResourceKind(API_VERSION, "XGBoostJob", "xgboostjobs"),
+    "xgbReplicaSpecs",
+    "xgboost",
+    "xgboostjob-port",
+    {"master": "Master", "worker": "Worker"},
+)
+
+FLAVORS: dict[JobType, Flavor] = {
+    JobType.pytorch: TORCH,
+    JobType.deepspeed: TORCH,
+    JobType.megatron: TORCH,
+    JobType.tensorflow: TENSORFLOW,
+    JobType.mpi: MPI,
+    JobType.xgboost: XGBOOST,
+}
+KINDS_BY_NAME = {f.kind.kind: f for f in FLAVORS.values()}
+
+
+def restart_policy(job: DLCJob) -> str:
+    ft = job.fault_tolerance
+    if ft.max_restarts == 0:
+        return "Never"
+    return "ExitCode" if ft.retryable_exit_codes else "OnFailure"
+
+
+def kubeflow_addressing(name: str, job: DLCJob) -> wiring.Addressing:
+    """The operator makes a Service per pod: `<name>-<replica type lowercased>-<i>`."""
+    port = wiring.rendezvous_port(job) or 0
+    return wiring.Addressing(host=lambda role, i: f"{name}-{role}-{i}", port=lambda role, i: port)
+
+
+class KubeflowBackend(Backend):
+    name = "kubeflow"
+
+    def check(self, job: DLCJob) -> None:
+        if job.type not in FLAVORS:
+            raise unsupported_type(job.type.value, self.name, "the Training Operator has no kind for it")
+        if job.elastic is not None and "worker" not in job.roles:
+            raise BackendError("kubeflow backend: an elastic PyTorchJob needs a worker role (roles.worker)")
+
+    def kind(self, job: DLCJob) -> ResourceKind:
+        self.check(job)
+        return FLAVORS[job.type].kind
+
+    def kinds(self, job: DLCJob) -> list[ResourceKind]:
+        return [self.kind(job), CONFIG_MAP] if self._needs_hostfile(job) else [self.kind(job)]
+
+    def main_container(self, job: DLCJob, role: str) -> str:
+        self.check(job)
+        return FLAVORS[job.type].container
+
+    @staticmethod
+    def _needs_hostfile(job: DLCJob) -> bool:
+        # MPIJob's operator writes its own hostfile; PyTorchJob-based MPI launchers need ours.
+        return job.type is not JobType.mpi and hostfile_path(job) is not None
+
+    def _replicas(self, job: DLCJob) -> dict[str, tuple[str, int]]:
+        """our role -> (replica type, replicas); promotes xgboost worker 0 to Master."""
+        flavor = FLAVORS[job.type]
+        out = {r: (flavor.replica_types[r], job.roles[r].replicas) for r in ordered_roles(job.roles)}
+        if job.type is JobType.xgboost and "master" not in job.roles:
+            workers = job.roles["worker"].replicas
+            out = {"master": ("Master", 1)}
+            if workers > 1:
+                out["worker"] = ("Worker", workers - 1)
+        return out
+
+    def _render(self, job, name, identity, attempt):
+        flavor = FLAVORS[job.type]
+        labels = object_labels(job, name, identity, attempt)
+        annotations = object_annotations(job, identity)
+        extra, config_maps = None, []
+        if self._needs_hostfile(job):
+            found = hostfile_config_map(job, name, kubeflow_addressing(name, job), labels, annotations)
+            if found:
+                config_maps, extra = [found[0]], found[1]
+        port = wiring.rendezvous_port(job)
+        ports = [{"name": flavor.port_name, "containerPort": port}] if flavor.port_name and port else []
+
+        specs = {}
+        for role, (rtype, replicas) in self._replicas(job).items():
+            source_role = role if role in job.roles else "worker"  # xgboost's promoted master
+            env = wiring.role_env(job, name, source_role, None, framework=False)
+            env["DLC_ROLE"] = role
+            env["DLC_ROLE_REPLICAS"] = str(replicas)
+            if extra is not None:
+                env.setdefault("DLC_HOSTFILE", hostfile_path(job)[0])
+            template = pod_template(
+                job,
+                source_role,
+                env,
+                labels=object_labels(job, name, identity, attempt, role),
+                annotations=annotations,
+                container_name=flavor.container,
+                index=REPLICA_INDEX,
+                restart_policy=None,  # the replica spec's restartPolicy governs
+                extra=extra,
+                ports=ports,
+            )
+            specs[rtype] = {"replicas": replicas, "restartPolicy": restart_policy(job), "template": template}
+
+        run_policy: dict = {"cleanPodPolicy": "Running", "backoffLimit": job.fault_tolerance.max_restarts}
+        if (deadline := deadline_seconds(job)) is not None:
+            run_policy["activeDeadlineSeconds"] = deadline
+        if (ttl := ttl_seconds(job)) is not None:
+            run_policy["ttlSecondsAfterFinished"] = ttl
+        scheduling: dict = {}
+        if job.scheduling.queue:
+            scheduling["queue"] = job.scheduling.queue
+            run_policy["suspend"] = True
+        if job.scheduling.priority_class:
+            scheduling["priorityClass"] = job.scheduling.priority_class
+        if scheduling:
+            run_policy["schedulingPolicy"] = scheduling
+
+        spec: dict = {"runPolicy": run_policy}
+        if flavor is TORCH:
+            spec["nprocPerNode"] = str(job.nproc_per_node)
+            if job.elastic:
+                spec["elasticPolicy"] = {
+                    "minReplicas": job.elastic.min_replicas,
+                    "maxReplicas": job.elastic.max_replicas,
+                    "maxRestarts": job.elastic.max_restarts,
+                    "rdzvBackend": "c10d",
+                }
+        if flavor is MPI:
+            spec["slotsPerWorker"] = job.slots_per_worker
+            spec["mainContainer"] = flavor.container
+        spec[flavor.specs_field] = specs
+
+        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        if annotations:
+            metadata["annotations"] = annotations
+        obj = {"apiVersion": API_VERSION, "kind": flavor.kind.kind, "metadata": metadata, "spec": spec}
+        return [obj, *config_maps]
+
+    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+        if not objects:
+            return not_found()
+        return apply_pods(kubeflow_status(objects[0]), pods)
+
+
+# Kubeflow replica types back to our role names.
+_ROLE_OF_TYPE = {"Master": "master", "Worker": "worker", "Chief": "chief", "PS": "ps",
+                 "Evaluator": "evaluator", "Launcher": "launcher"}
+
+
+def kubeflow_status(obj: dict) -> JobStatus:
+    """PyTorchJob/TFJob/MPIJob/XGBoostJob status: conditions + replicaStatuses."""
+    spec, st = obj.get("spec") or {}, obj.get("status") or {}
+    flavor = KINDS_BY_NAME.get(obj.get("kind", ""))
+    replica_specs = spec.get(flavor.specs_field if flavor else "", {}) or {}
+    if not replica_specs:  # unknown kind: find the *ReplicaSpecs field
+        replica_specs = next((v for k, v in spec.items() if k.endswith("ReplicaSpecs")), {}) or {}
+
+    roles: dict[str, RoleCounts] = {}
+    for rtype, rspec in replica_specs.items():
+        roles[_ROLE_OF_TYPE.get(rtype, rtype.lower())] = RoleCounts(replicas=int((rspec or {}).get("replicas", 1)))
+    failed_pods = 0
+    for rtype, rs in (st.get("replicaStatuses") or {}).items():
+        c = roles.setdefault(_ROLE_OF_TYPE.get(rtype, rtype.lower()), RoleCounts())
+        c.active = int(rs.get("active") or 0)
+        c.succeeded = int(rs.get("succeeded") or 0)
+        c.failed = int(rs.get("failed") or 0)
+        failed_pods += c.failed
+
+    meta = obj.get("metadata") or {}
+    base = {
+        "roles": roles,
+        "created": earliest([meta.get("creationTimestamp")]),
+        "started": earliest([st.get("startTime")]),
+    }
+
+    def result(state: JobState, ctype: str, cond: dict, **extra) -> JobStatus:
+        return JobStatus(
+            state=state, reason=cond.get("reason") or ctype, message=cond.get("message") or "", **base, **extra
+        )
+
+    if cond := condition(obj, "Failed"):
+        finished = latest([st.get("completionTime"), cond.get("lastTransitionTime")])
+        return result(JobState.FAILED, "Failed", cond, finished=finished)
+    if cond := condition(obj, "Succeeded"):
+        finished = latest([st.get("completionTime") or cond.get("lastTransitionTime")])
+        return result(JobState.SUCCEEDED, "Succeeded", cond, finished=finished)
+    if cond := condition(obj, "Suspended"):
+        return result(JobState.QUEUED, "Suspended", cond).model_copy(update={"reason": "Suspended"})
+    if cond := condition(obj, "Restarting"):
+        return result(JobState.RESTARTING, "Restarting", cond, restarts=max(1, failed_pods))
+    if cond := condition(obj, "Running"):
+        return result(JobState.RUNNING, "Running", cond, restarts=failed_pods)
+    cond = condition(obj, "Created") or {}
+    return result(JobState.PENDING, "Created", cond, restarts=failed_pods)

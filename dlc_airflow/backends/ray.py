@@ -1,0 +1,184 @@
+"""The ray backend: a KubeRay RayJob (ray.io/v1) for jobs of type ray.
+
+The RayJob brings up a RayCluster from `rayClusterSpec` (a head group from the head role and
+one worker group "worker" from the worker role, fixed size: replicas = min = max), submits
+the job's command as the Ray entrypoint from a submitter Kubernetes Job (K8sJobMode), and
+deletes the cluster when the job finishes (shutdownAfterJobFinishes, after
+ttlSecondsAfterFinished). activeDeadlineSeconds = max_running_time; backoffLimit =
+max_restarts (each retry makes a new cluster); suspend with Kueue.
+
+The entrypoint is the head role's command: `shlex.join(command)`, or the shell string as
+given. KubeRay writes the head and worker containers' command (`ray start ...`), so the pods
+carry our env, resources, volumes and placement but no command, and roles.worker.command
+is refused. KubeRay sets RAY_ADDRESS in the pods itself (the head Service name is generated),
+so the framework wiring is not added; pods have no replica index (DLC_ROLE_INDEX unset).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from dlc_airflow import wiring
+from dlc_airflow.backends.base import (
+    Backend,
+    BackendError,
+    ResourceKind,
+    apply_pods,
+    deadline_seconds,
+    earliest,
+    latest,
+    not_found,
+    object_annotations,
+    object_labels,
+    pod_role_counts,
+    queue_labels,
+    ttl_seconds,
+    unsupported_type,
+)
+from dlc_airflow.backends.podspec import pod_template
+from dlc_airflow.jobtypes import JobType
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobState, JobStatus, RoleCounts
+
+RAY_JOB = ResourceKind("ray.io/v1", "RayJob", "rayjobs")
+HEAD_CONTAINER = "ray-head"
+WORKER_CONTAINER = "ray-worker"
+WORKER_GROUP = "worker"
+HEAD_START_PARAMS = {"dashboard-host": "0.0.0.0"}
+
+
+def entrypoint(job: DLCJob) -> str:
+    head = job.roles["head"]
+    if head.command:
+        return shlex.join(head.command)
+    if head.shell:
+        return head.shell
+    if job.command:
+        return shlex.join(job.command)
+    return job.shell or ""
+
+
+class RayBackend(Backend):
+    name = "ray"
+
+    def check(self, job: DLCJob) -> None:
+        if job.type is not JobType.ray:
+            raise unsupported_type(job.type.value, self.name, "a KubeRay RayJob runs type 'ray' only")
+        worker = job.roles.get("worker")
+        if worker and (worker.command or worker.shell):
+            raise BackendError(
+                "ray backend: roles.worker.command is not used (KubeRay starts Ray workers itself); "
+                "put the program in the job's (or the head's) command, the Ray entrypoint"
+            )
+
+    def kind(self, job: DLCJob) -> ResourceKind:
+        return RAY_JOB
+
+    def main_container(self, job: DLCJob, role: str) -> str:
+        return HEAD_CONTAINER if role == "head" else WORKER_CONTAINER
+
+    def _template(self, job, name, role, identity, attempt, annotations, container):
+        return pod_template(
+            job,
+            role,
+            wiring.role_env(job, name, role, None, framework=False),
+            labels=object_labels(job, name, identity, attempt, role),
+            annotations=annotations,
+            container_name=container,
+            index=None,
+            restart_policy=None,  # KubeRay manages the Ray pods
+            run_command=False,
+        )
+
+    def _render(self, job, name, identity, attempt):
+        labels = object_labels(job, name, identity, attempt)
+        annotations = object_annotations(job, identity)
+        cluster: dict = {
+            "headGroupSpec": {
+                "rayStartParams": dict(HEAD_START_PARAMS),
+                "template": self._template(job, name, "head", identity, attempt, annotations, HEAD_CONTAINER),
+            }
+        }
+        if worker := job.roles.get("worker"):
+            cluster["workerGroupSpecs"] = [
+                {
+                    "groupName": WORKER_GROUP,
+                    "replicas": worker.replicas,
+                    "minReplicas": worker.replicas,
+                    "maxReplicas": worker.replicas,
+                    "rayStartParams": {},
+                    "template": self._template(job, name, "worker", identity, attempt, annotations, WORKER_CONTAINER),
+                }
+            ]
+        spec: dict = {
+            "entrypoint": entrypoint(job),
+            "submissionMode": "K8sJobMode",
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": ttl_seconds(job) or 0,
+            "backoffLimit": job.fault_tolerance.max_restarts,
+            "rayClusterSpec": cluster,
+        }
+        if (deadline := deadline_seconds(job)) is not None:
+            spec["activeDeadlineSeconds"] = deadline
+        if job.scheduling.queue:
+            spec["suspend"] = True  # allowed: shutdownAfterJobFinishes is true
+        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        if annotations:
+            metadata["annotations"] = annotations
+        return [{"apiVersion": RAY_JOB.api_version, "kind": "RayJob", "metadata": metadata, "spec": spec}]
+
+    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+        if not objects:
+            return not_found()
+        return apply_pods(rayjob_status(objects[0], pods), pods)
+
+
+def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
+    """RayJob: status.jobDeploymentStatus (KubeRay's lifecycle) + status.jobStatus (Ray's)."""
+    spec, st = obj.get("spec") or {}, obj.get("status") or {}
+    deployment = st.get("jobDeploymentStatus") or ""
+    job_status = st.get("jobStatus") or ""
+    reason, message = st.get("reason") or "", st.get("message") or ""
+
+    cluster = (spec.get("rayClusterSpec") or {})
+    workers = sum(int(g.get("replicas") or 0) for g in cluster.get("workerGroupSpecs") or [])
+    roles = {"head": RoleCounts(replicas=1)}
+    if workers:
+        roles["worker"] = RoleCounts(replicas=workers)
+    cstatus = st.get("rayClusterStatus") or {}
+    if "readyWorkerReplicas" in cstatus and "worker" in roles:
+        roles["worker"].active = int(cstatus.get("readyWorkerReplicas") or 0)
+    for role, counts in pod_role_counts(pods).items():
+        roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
+
+    meta = obj.get("metadata") or {}
+    base = {
+        "roles": roles,
+        "restarts": int(st.get("failed") or 0) if deployment not in ("Failed", "ValidationFailed") else 0,
+        "created": earliest([meta.get("creationTimestamp")]),
+        "started": earliest([st.get("startTime")]),
+    }
+    finished = latest([st.get("endTime")])
+
+    if deployment == "Complete":
+        if job_status == "SUCCEEDED":
+            return JobStatus(state=JobState.SUCCEEDED, reason="Succeeded", message=message, finished=finished, **base)
+        if job_status == "STOPPED":
+            return JobStatus(state=JobState.STOPPED, reason="Stopped", message=message or "the Ray job was stopped", finished=finished, **base)
+        return JobStatus(state=JobState.FAILED, reason=reason or "AppFailed",
+                         message=message or f"Ray job status {job_status or 'unknown'}", finished=finished, **base)
+    if deployment in ("Failed", "ValidationFailed"):
+        return JobStatus(state=JobState.FAILED, reason=reason or deployment, message=message, finished=finished, **base)
+    if job_status in ("FAILED",) and deployment not in ("Retrying", "Running"):
+        return JobStatus(state=JobState.FAILED, reason=reason or "AppFailed", message=message, finished=finished, **base)
+    if deployment in ("Suspended", "Suspending") or (spec.get("suspend") and deployment in ("", "New")):
+        return JobStatus(state=JobState.QUEUED, reason="Suspended",
+                         message=message or "suspended (waiting for admission, e.g. Kueue)", **base)
+    if deployment == "Retrying":
+        return JobStatus(state=JobState.RESTARTING, reason="Retrying", message=message,
+                         **{**base, "restarts": max(1, base["restarts"])})
+    if deployment == "Running" and job_status == "RUNNING":
+        return JobStatus(state=JobState.RUNNING, reason="Running", message=message, **base)
+    if deployment == "Running":
+        return JobStatus(state=JobState.PENDING, reason=f"Ray job {job_status or 'PENDING'}", message=message, **base)
+    return JobStatus(state=JobState.PENDING, reason=deployment or "Created", message=message, **base)

@@ -1,0 +1,237 @@
+"""The trainer backend: a Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1).
+
+A TrainJob names a ClusterTrainingRuntime (the upstream ones, from kubeflow/trainer's
+manifests/base/runtimes) and gives the trainer image, command, env, node count, processes
+per node and resources per node; the runtime does the rest (a JobSet, PET_* env for torchrun,
+the MPI hostfile and ssh keys).
+
+| type                               | runtime (default)     | nodes      | command of     |
+|------------------------------------|-----------------------|------------|----------------|
+| pytorch, megatron                  | torch-distributed     | workers    | worker         |
+| deepspeed (launcher torchrun)      | torch-distributed     | workers    | worker         |
+| deepspeed (launcher mpi)           | deepspeed-distributed | workers    | worker         |
+| mpi                                | mpi-distributed       | workers    | launcher       |
+
+Only single-node-role shapes map: identical worker nodes, no master (node 0 is rank 0), for
+MPI the runtime's launcher plus worker nodes (the runtime's workers run sshd, so
+roles.worker.command is not used). Runtime names can be overridden:
+`TrainerBackend(runtimes={"pytorch": "my-torch-runtime"})`.
+
+Pod-level settings go through `spec.runtimePatches` (manager "dlc-airflow"): labels,
+annotations, nodeSelector, tolerations, affinity, volumes, service account, and env/volume
+mounts of the trainer container. TrainJob v1alpha1 cannot express init containers, a
+priority class, restart limits or retryable exit codes: jobs using code, health_check,
+scheduling.priority_class or fault_tolerance.max_restarts/retryable_exit_codes are refused
+(use native, jobset or kubeflow). ttl_after_finished has no TrainJob field and is not
+applied (the job stays until deleted).
+"""
+
+from __future__ import annotations
+
+from dlc_airflow import wiring
+from dlc_airflow.backends.base import (
+    Backend,
+    BackendError,
+    ResourceKind,
+    apply_pods,
+    deadline_seconds,
+    earliest,
+    latest,
+    not_found,
+    object_annotations,
+    object_labels,
+    pod_role_counts,
+    queue_labels,
+    suggest,
+    unsupported_type,
+)
+from dlc_airflow.backends.podspec import (
+    JOB_INDEX,
+    OUTPUT_FILE,
+    env_and_exports,
+    resource_list,
+    scheduling_fields,
+    shm_volume,
+    storage_volumes,
+)
+from dlc_airflow.jobtypes import JobType
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
+
+TRAIN_JOB = ResourceKind("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs")
+RUNTIME_GROUP = "trainer.kubeflow.org"
+RUNTIME_KIND = "ClusterTrainingRuntime"
+PATCH_MANAGER = "dlc-airflow"
+# The upstream runtimes run the trainer in container "node" of replicatedJob "node"; MPI
+# runtimes add a replicatedJob "launcher" (with a container "node" too).
+TRAINER_CONTAINER = "node"
+NODE_JOB = "node"
+LAUNCHER_JOB = "launcher"
+
+DEFAULT_RUNTIMES: dict[str, str] = {
+    "pytorch": "torch-distributed",
+    "megatron": "torch-distributed",
+    "deepspeed": "torch-distributed",
+    "deepspeed-mpi": "deepspeed-distributed",
+    "mpi": "mpi-distributed",
+}
+
+
+class TrainerBackend(Backend):
+    name = "trainer"
+
+    def __init__(self, runtimes: dict[str, str] | None = None):
+        """`runtimes` overrides runtime names by type ("deepspeed-mpi" for launcher="mpi")."""
+        self.runtimes = {**DEFAULT_RUNTIMES, **(runtimes or {})}
+
+    def _runtime_key(self, job: DLCJob) -> str:
+        if job.type is JobType.deepspeed and job.launcher == "mpi":
+            return "deepspeed-mpi"
+        return job.type.value
+
+    def runtime_name(self, job: DLCJob) -> str:
+        return self.runtimes[self._runtime_key(job)]
+
+    def _is_mpi(self, job: DLCJob) -> bool:
+        return job.type is JobType.mpi or (job.type in (JobType.deepspeed, JobType.megatron) and job.launcher == "mpi")
+
+    def check(self, job: DLCJob) -> None:
+        t = job.type.value
+        if self._runtime_key(job) not in self.runtimes:
+            raise unsupported_type(t, self.name, "no Kubeflow Trainer runtime for it")
+        if job.type is JobType.megatron and job.launcher == "mpi":
+            raise BackendError(f"trainer backend: megatron with launcher='mpi' has no upstream runtime; {suggest(t, self.name)}")
+        extra = sorted(set(job.roles) - ({"launcher", "worker"} if job.type is JobType.mpi else {"worker"}))
+        if extra or "worker" not in job.roles:
+            raise BackendError(
+                f"trainer backend runs {t} jobs as identical worker nodes only; roles {extra or ['(no worker)']} "
+                f"cannot be mapped: drop them (node 0 is rank 0) or {suggest(t, self.name)}"
+            )
+        problems = []
+        if job.elastic:
+            problems.append("elastic")
+        if job.code:
+            problems.append("code (needs an init container)")
+        if job.health_check:
+            problems.append("health_check (needs an init container)")
+        if job.scheduling.priority_class:
+            problems.append("scheduling.priority_class")
+        if job.fault_tolerance.max_restarts or job.fault_tolerance.retryable_exit_codes:
+            problems.append("fault_tolerance.max_restarts/retryable_exit_codes")
+        if job.type is JobType.mpi and job.role_image("worker") != job.role_image("launcher"):
+            problems.append("a worker image other than the launcher's (the runtime's nodes share the trainer image)")
+        if problems:
+            raise BackendError(
+                f"trainer backend: TrainJob v1alpha1 cannot express {', '.join(problems)} of this {t} job; "
+                f"{suggest(t, self.name)}"
+            )
+
+    def kind(self, job: DLCJob) -> ResourceKind:
+        return TRAIN_JOB
+
+    def main_container(self, job: DLCJob, role: str) -> str:
+        return TRAINER_CONTAINER
+
+    def _render(self, job, name, identity, attempt):
+        command_role = "launcher" if job.type is JobType.mpi else "worker"
+        node_role = "worker"
+        res = job.role_resources(node_role)
+        env = wiring.role_env(job, name, node_role, None, framework=False)
+        env["DLC_OUTPUT_FILE"] = OUTPUT_FILE
+        entries, exports = env_and_exports(env, JOB_INDEX)
+        if exports:  # pragma: no cover - only framework env has computed values
+            raise BackendError("trainer backend: computed env needs a command wrapper TrainJob cannot add")
+
+        trainer: dict = {
+            "image": job.role_image(command_role),
+            "command": job.role_command(command_role),
+            "env": entries,
+            "numNodes": job.roles[node_role].replicas,
+        }
+        if self._is_mpi(job):
+            trainer["numProcPerNode"] = job.slots_per_worker if job.type is JobType.mpi else job.nproc_per_node
+        else:
+            trainer["numProcPerNode"] = job.nproc_per_node
+        if values := resource_list(res):
+            trainer["resourcesPerNode"] = {"requests": dict(values), "limits": dict(values)}
+
+        labels = object_labels(job, name, identity, attempt)
+        annotations = object_annotations(job, identity)
+        spec: dict = {
+            "runtimeRef": {"apiGroup": RUNTIME_GROUP, "kind": RUNTIME_KIND, "name": self.runtime_name(job)},
+            "trainer": trainer,
+        }
+        if (deadline := deadline_seconds(job)) is not None:
+            spec["activeDeadlineSeconds"] = deadline
+        if job.scheduling.queue:
+            spec["suspend"] = True
+        spec["runtimePatches"] = [self._patch(job, name, identity, attempt, annotations)]
+
+        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        if annotations:
+            metadata["annotations"] = annotations
+        return [{"apiVersion": TRAIN_JOB.api_version, "kind": "TrainJob", "metadata": metadata, "spec": spec}]
+
+    def _patch(self, job: DLCJob, name, identity, attempt, annotations) -> dict:
+        """Pod-level settings for every replicatedJob of the runtime."""
+        res = job.role_resources("worker")
+        vols, shm = storage_volumes(job), shm_volume(res)
+        volumes, mounts = vols.volumes + shm.volumes, vols.mounts + shm.mounts
+        jobs = []
+        names = [LAUNCHER_JOB, NODE_JOB] if self._is_mpi(job) else [NODE_JOB]
+        for rj in names:
+            role = "launcher" if rj == LAUNCHER_JOB else "worker"
+            pod_meta: dict = {"labels": object_labels(job, name, identity, attempt, role)}
+            if annotations:
+                pod_meta["annotations"] = annotations
+            pod_spec: dict = dict(scheduling_fields(job, res))
+            if volumes:
+                pod_spec["volumes"] = volumes
+                pod_spec["containers"] = [{"name": TRAINER_CONTAINER, "volumeMounts": mounts}]
+            jobs.append({"name": rj, "template": {"spec": {"template": {"metadata": pod_meta, "spec": pod_spec}}}})
+        return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}}}
+
+    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+        if not objects:
+            return not_found()
+        return apply_pods(trainjob_status(objects[0], pods), pods)
+
+
+_ROLE_OF_JOB = {NODE_JOB: "worker", LAUNCHER_JOB: "launcher"}
+
+
+def trainjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
+    spec, st = obj.get("spec") or {}, obj.get("status") or {}
+    nodes = int((spec.get("trainer") or {}).get("numNodes") or 1)
+    roles: dict[str, RoleCounts] = {"worker": RoleCounts(replicas=nodes)}
+    for js in st.get("jobsStatus") or []:
+        role = _ROLE_OF_JOB.get(js.get("name"), js.get("name"))
+        c = roles.setdefault(role, RoleCounts(replicas=1))
+        # jobsStatus counts Jobs (one per replicatedJob here): a Job stands for its pods.
+        c.active = c.replicas if int(js.get("active") or 0) else 0
+        c.succeeded = c.replicas if int(js.get("succeeded") or 0) else 0
+        c.failed = c.replicas if int(js.get("failed") or 0) else 0
+    for role, counts in pod_role_counts(pods).items():
+        roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
+
+    meta = obj.get("metadata") or {}
+    base = {
+        "roles": roles,
+        "created": earliest([meta.get("creationTimestamp")]),
+        "started": earliest(((p.get("status") or {}).get("startTime") for p in pods or [])),
+    }
+    if cond := condition(obj, "Failed"):
+        return JobStatus(state=JobState.FAILED, reason=cond.get("reason") or "Failed",
+                         message=cond.get("message") or "", finished=latest([cond.get("lastTransitionTime")]), **base)
+    if cond := condition(obj, "Complete"):
+        return JobStatus(state=JobState.SUCCEEDED, reason=cond.get("reason") or "Complete",
+                         message=cond.get("message") or "", finished=latest([cond.get("lastTransitionTime")]), **base)
+    if (cond := condition(obj, "Suspended")) or spec.get("suspend"):
+        return JobStatus(state=JobState.QUEUED, reason="Suspended",
+                         message=(cond or {}).get("message") or "suspended (waiting for admission, e.g. Kueue)", **base)
+    statuses = st.get("jobsStatus") or []
+    if any(int(s.get("failed") or 0) for s in statuses):
+        return JobStatus(state=JobState.RESTARTING, reason="Restarting", **base)
+    if any(int(s.get("ready") or 0) or int(s.get("succeeded") or 0) for s in statuses):
+        return JobStatus(state=JobState.RUNNING, reason="Running", **base)
+    return JobStatus(state=JobState.PENDING, reason="Created", **base)
