@@ -81,8 +81,15 @@ def hostfile(job: DLCJob, addr: Addressing, slots: int) -> str:
     return "".join(f"{addr.host('worker', i)} slots={slots}\n" for i in range(count))
 
 
-def role_env(job: DLCJob, name: str, role: str, addr: Addressing) -> dict[str, str | IndexExpr]:
-    """Every variable a replica of `role` gets, index-dependent ones as IndexExpr."""
+def role_env(
+    job: DLCJob, name: str, role: str, addr: Addressing | None, framework: bool = True
+) -> dict[str, str | IndexExpr]:
+    """Every variable a replica of `role` gets, index-dependent ones as IndexExpr.
+
+    `framework=False` leaves out the framework wiring (MASTER_ADDR, TF_CONFIG, hostfile env...)
+    for backends whose operator injects it itself (Kubeflow, Trainer, KubeRay); `addr` is then
+    not used and may be None.
+    """
     env: dict[str, str | IndexExpr] = dict(job.type_info.preset_env)
     env.update(
         {
@@ -99,7 +106,10 @@ def role_env(job: DLCJob, name: str, role: str, addr: Addressing) -> dict[str, s
         env["DLC_CHECKPOINT_KEEP"] = str(job.checkpoint.keep_last)
         if job.checkpoint.resume_from:
             env["DLC_RESUME_FROM"] = job.checkpoint.resume_from
-    env.update(_framework_env(job, name, role, addr))
+    if framework:
+        if addr is None:
+            raise ValueError("role_env: framework wiring needs an Addressing")
+        env.update(_framework_env(job, name, role, addr))
     # The user's env wins over ours: they may know better (e.g. a fixed MASTER_PORT).
     env.update(job.role_env(role))
     return env
