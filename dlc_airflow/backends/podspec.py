@@ -102,7 +102,8 @@ def env_and_exports(
         if value.suffix:
             entries.append({"name": index_env_name(key, "SUFFIX"), "value": value.suffix})
             parts.append(f"${{{index_env_name(key, 'SUFFIX')}}}")
-        exports.append(f'export {key}="{"".join(parts)}"')
+        value_src = "".join(parts)
+        exports.append(f"export {key}={value_src}" if len(parts) == 1 else f'export {key}="{value_src}"')
     return entries, exports
 
 

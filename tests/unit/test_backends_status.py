@@ -1,0 +1,388 @@
+"""Status mapping: server objects (shaped as the upstream controllers write them) -> JobStatus."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from dlc_airflow import naming
+from dlc_airflow.backends import get_backend
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobState
+
+NAME = "demo-0123abcd-1"
+T0, T1, T2, T3 = "2026-12-02T10:00:00Z", "2026-12-02T10:00:05Z", "2026-12-02T10:05:00Z", "2026-12-02T11:00:00Z"
+
+
+def ts(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def cond(ctype, reason="", message="", at=T2, status="True"):
+    c = {"type": ctype, "status": status, "lastProbeTime": at, "lastTransitionTime": at}
+    if reason:
+        c["reason"] = reason
+    if message:
+        c["message"] = message
+    return c
+
+
+def batch_job(role, completions, status, created=T0):
+    """A role Job as the API server returns it (spec from our render, status from the controller)."""
+    job = DLCJob(type="pytorch", image="img", command=["python", "t.py"], roles={role: completions} if role != "master" else {"master": 1, "worker": 1})
+    obj = next(o for o in get_backend("native").render(job, NAME) if o["metadata"]["name"] == f"{NAME}-{role}")
+    obj["metadata"].update({"creationTimestamp": created, "uid": f"uid-{role}", "namespace": "ml"})
+    obj["status"] = status
+    return obj
+
+
+def pod(name, role, phase="Running", conditions=(), containers=(), init=(), reason=None, message=None, start=T1):
+    st = {"phase": phase, "conditions": list(conditions), "containerStatuses": list(containers),
+          "startTime": start}
+    if init:
+        st["initContainerStatuses"] = list(init)
+    if reason:
+        st["reason"] = reason
+    if message:
+        st["message"] = message
+    return {"metadata": {"name": name, "labels": {naming.LABEL_JOB: NAME, naming.LABEL_ROLE: role}}, "status": st}
+
+
+def terminated(name, code, reason="Error", message=None, finished=T2):
+    term = {"exitCode": code, "reason": reason, "startedAt": T1, "finishedAt": finished, "containerID": "containerd://x"}
+    if message:
+        term["message"] = message
+    return {"name": name, "state": {"terminated": term}, "lastState": {}, "ready": False, "restartCount": 0,
+            "image": "img", "imageID": "", "started": False}
+
+
+UNSCHEDULABLE = "0/6 nodes are available: 6 Insufficient nvidia.com/gpu. preemption: 0/6 nodes are available: 6 No preemption victims found for incoming pod."
+
+
+# -- native ---------------------------------------------------------------------------------------
+
+
+native = get_backend("native")
+
+
+def test_native_empty_is_stopped_not_found():
+    s = native.status([])
+    assert s.state is JobState.STOPPED and s.reason == "NotFound" and s.terminal
+
+
+def test_native_running_counts_and_times():
+    master = batch_job("master", 1, {"startTime": T1, "active": 1, "ready": 1, "terminating": 0,
+                                     "uncountedTerminatedPods": {}})
+    worker = batch_job("worker", 3, {"startTime": T2, "active": 3, "ready": 3, "terminating": 0,
+                                     "uncountedTerminatedPods": {}}, created=T1)
+    s = native.status([master, worker])
+    assert s.state is JobState.RUNNING
+    assert s.roles["master"].replicas == 1 and s.roles["worker"].replicas == 3
+    assert s.roles["worker"].active == 3
+    assert s.created == ts(T0) and s.started == ts(T1) and s.finished is None and s.restarts == 0
+
+
+def test_native_pending_until_ready_then_unschedulable_is_queued():
+    worker = batch_job("worker", 2, {"startTime": T1, "active": 2, "ready": 0, "terminating": 0})
+    assert native.status([worker]).state is JobState.PENDING
+    pods = [
+        pod(f"{NAME}-worker-0-abcde", "worker"),
+        pod(f"{NAME}-worker-1-fghij", "worker", phase="Pending", containers=(), conditions=[
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE,
+             "lastTransitionTime": T1, "lastProbeTime": None}]),
+    ]
+    s = native.status([worker], pods)
+    assert s.state is JobState.QUEUED and s.reason == "Unschedulable" and s.message == UNSCHEDULABLE
+    assert not s.terminal
+
+
+def test_native_suspended_by_kueue_is_queued():
+    worker = batch_job("worker", 2, {"conditions": [cond("Suspended", "JobSuspended", "Job suspended")],
+                                     "active": 0, "ready": 0})
+    s = native.status([worker])
+    assert s.state is JobState.QUEUED and s.reason == "Suspended" and s.message == "Job suspended"
+
+
+def test_native_restarting_after_a_failed_pod():
+    worker = batch_job("worker", 2, {"startTime": T1, "active": 2, "ready": 1, "failed": 1, "terminating": 0})
+    s = native.status([worker])
+    assert s.state is JobState.RESTARTING and s.restarts == 1
+    healed = batch_job("worker", 2, {"startTime": T1, "active": 2, "ready": 2, "failed": 1, "terminating": 0})
+    s = native.status([healed])
+    assert s.state is JobState.RUNNING and s.restarts == 1
+
+
+def test_native_failed_by_pod_failure_policy_with_exit_code_detail():
+    msg = f"Container main for pod ml/{NAME}-worker-1-x7k2p failed with exit code 2 matching FailJob rule at index 1"
+    worker = batch_job("worker", 2, {
+        "conditions": [cond("FailureTarget", "PodFailurePolicy", msg, T2), cond("Failed", "PodFailurePolicy", msg, T3)],
+        "startTime": T1, "failed": 1, "active": 0, "ready": 0, "terminating": 0, "failedIndexes": "1",
+        "uncountedTerminatedPods": {}})
+    master = batch_job("master", 1, {"startTime": T1, "active": 1, "ready": 1})
+    s = native.status([master, worker])
+    assert s.state is JobState.FAILED and s.reason == "PodFailurePolicy"
+    assert msg in s.message and s.message.startswith("worker: ")
+    assert s.finished == ts(T3)
+    pods = [pod(f"{NAME}-worker-1-x7k2p", "worker", phase="Failed", containers=[terminated("main", 2)])]
+    s = native.status([master, worker], pods)
+    assert f"pod {NAME}-worker-1-x7k2p container main exited with code 2 (Error)" in s.message
+
+
+def test_native_failure_target_alone_is_already_failed():
+    # The controller sets FailureTarget first and Failed once the pods are gone.
+    worker = batch_job("worker", 1, {"conditions": [cond("FailureTarget", "BackoffLimitExceeded",
+                                                          "Job has reached the specified backoff limit")],
+                                     "startTime": T1, "failed": 1, "terminating": 1})
+    s = native.status([worker])
+    assert s.state is JobState.FAILED and s.reason == "BackoffLimitExceeded"
+
+
+@pytest.mark.parametrize("reason, message", [
+    ("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+    ("DeadlineExceeded", "Job was active longer than specified deadline"),
+    ("MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes"),
+])
+def test_native_failed_reasons(reason, message):
+    worker = batch_job("worker", 2, {"conditions": [cond("FailureTarget", reason, message), cond("Failed", reason, message, T3)],
+                                     "startTime": T1, "failed": 3})
+    s = native.status([worker])
+    assert (s.state, s.reason) == (JobState.FAILED, reason) and message in s.message
+
+
+def test_native_oom_killed_detail():
+    worker = batch_job("worker", 1, {"conditions": [cond("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")],
+                                     "startTime": T1, "failed": 1})
+    pods = [pod(f"{NAME}-worker-0-aaaaa", "worker", phase="Failed", containers=[terminated("main", 137, "OOMKilled")])]
+    s = native.status([worker], pods)
+    assert "exited with code 137 (OOMKilled)" in s.message
+
+
+def test_native_failed_init_container_detail():
+    worker = batch_job("worker", 1, {"conditions": [cond("Failed", "BackoffLimitExceeded", "")], "failed": 1})
+    pods = [pod(f"{NAME}-worker-0-aaaaa", "worker", phase="Failed",
+                init=[terminated("health-check", 3, "Error", "no GPU visible")], containers=[])]
+    s = native.status([worker], pods)
+    assert "init container health-check exited with code 3 (Error: no GPU visible)" in s.message
+
+
+def test_native_evicted_pod_detail():
+    worker = batch_job("worker", 1, {"conditions": [cond("Failed", "BackoffLimitExceeded", "")], "failed": 1})
+    pods = [pod(f"{NAME}-worker-0-aaaaa", "worker", phase="Failed", reason="Evicted",
+                message="The node was low on resource: memory.")]
+    assert "failed: Evicted (The node was low on resource: memory.)" in native.status([worker], pods).message
+
+
+def test_native_succeeded():
+    master = batch_job("master", 1, {"conditions": [cond("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods", T2),
+                                                    cond("Complete", "CompletionsReached", "Reached expected number of succeeded pods", T2)],
+                                     "startTime": T1, "completionTime": T2, "succeeded": 1, "completedIndexes": "0"})
+    worker = batch_job("worker", 2, {"conditions": [cond("SuccessCriteriaMet", "CompletionsReached", "", T3),
+                                                    cond("Complete", "CompletionsReached", "", T3)],
+                                     "startTime": T1, "completionTime": T3, "succeeded": 2, "completedIndexes": "0-1"})
+    s = native.status([master, worker])
+    assert s.state is JobState.SUCCEEDED and s.terminal
+    assert s.finished == ts(T3) and s.roles["worker"].succeeded == 2
+    # one role still running: not yet
+    running = batch_job("worker", 2, {"startTime": T1, "active": 1, "ready": 1, "succeeded": 1})
+    assert native.status([master, running]).state is JobState.RUNNING
+
+
+def test_native_tensorflow_ps_does_not_block_success():
+    job = DLCJob(type="tensorflow", image="img", command=["x"], roles={"chief": 1, "ps": 1, "worker": 2})
+    objs = {o["metadata"]["name"]: o for o in native.render(job, NAME) if o["kind"] == "Job"}
+    done = {"conditions": [cond("Complete", "CompletionsReached")], "completionTime": T2, "succeeded": 1, "startTime": T1}
+    objs[f"{NAME}-chief"]["status"] = done
+    objs[f"{NAME}-worker"]["status"] = {**done, "succeeded": 2}
+    objs[f"{NAME}-ps"]["status"] = {"active": 1, "ready": 1, "startTime": T1}
+    assert native.status(list(objs.values())).state is JobState.SUCCEEDED
+
+
+# -- kubeflow -------------------------------------------------------------------------------------
+
+
+kubeflow = get_backend("kubeflow")
+
+
+def pytorchjob(conditions, replica_statuses=None, **status):
+    job = DLCJob(type="pytorch", image="img", command=["x"], roles={"master": 1, "worker": 3})
+    obj = kubeflow.render(job, NAME)[0]
+    obj["metadata"]["creationTimestamp"] = T0
+    obj["status"] = {"conditions": conditions, "replicaStatuses": replica_statuses or {}, **status}
+    return obj
+
+
+def test_kubeflow_pytorchjob_lifecycle():
+    created = cond("Created", "PyTorchJobCreated", f"PyTorchJob {NAME} is created.", T0)
+    s = kubeflow.status([pytorchjob([created])])
+    assert s.state is JobState.PENDING and s.roles["worker"].replicas == 3
+
+    running = cond("Running", "PyTorchJobRunning", f"PyTorchJob ml/{NAME} is running.", T1)
+    rs = {"Master": {"active": 1, "selector": "x"}, "Worker": {"active": 3, "selector": "y"}}
+    s = kubeflow.status([pytorchjob([created, running], rs, startTime=T1)])
+    assert s.state is JobState.RUNNING and s.roles["worker"].active == 3 and s.started == ts(T1)
+
+    restarting = cond("Restarting", "PyTorchJobRestarting",
+                      f"PyTorchJob {NAME} is restarting because 1 Worker replica(s) failed.", T2)
+    rs = {"Master": {"active": 1}, "Worker": {"active": 2, "failed": 1}}
+    s = kubeflow.status([pytorchjob([created, {**running, "status": "False"}, restarting], rs, startTime=T1)])
+    assert s.state is JobState.RESTARTING and s.restarts == 1 and "restarting" in s.message
+
+    succeeded = cond("Succeeded", "PyTorchJobSucceeded", f"PyTorchJob {NAME} is successfully completed.", T3)
+    rs = {"Master": {"succeeded": 1}, "Worker": {"succeeded": 3}}
+    s = kubeflow.status([pytorchjob([created, {**running, "status": "False"}, succeeded], rs,
+                                    startTime=T1, completionTime=T3)])
+    assert s.state is JobState.SUCCEEDED and s.finished == ts(T3) and s.roles["master"].succeeded == 1
+
+
+def test_kubeflow_failed_and_suspended():
+    failed = cond("Failed", "PyTorchJobFailed", f"PyTorchJob {NAME} is failed because 1 Worker replica(s) failed.", T3)
+    s = kubeflow.status([pytorchjob([cond("Created", at=T0), failed], {"Worker": {"failed": 1}}, startTime=T1)])
+    assert s.state is JobState.FAILED and s.reason == "PyTorchJobFailed" and "1 Worker replica(s) failed" in s.message
+    assert s.finished == ts(T3)
+    suspended = cond("Suspended", "PyTorchJobSuspended", f"PyTorchJob {NAME} is suspended.", T1)
+    s = kubeflow.status([pytorchjob([cond("Created", at=T0), suspended])])
+    assert s.state is JobState.QUEUED and s.reason == "Suspended"
+
+
+def test_kubeflow_tfjob_roles():
+    job = DLCJob(type="tensorflow", image="img", command=["x"], roles={"chief": 1, "ps": 2, "worker": 4})
+    obj = kubeflow.render(job, NAME)[0]
+    obj["status"] = {"conditions": [cond("Running", "TFJobRunning")],
+                     "replicaStatuses": {"Chief": {"active": 1}, "PS": {"active": 2}, "Worker": {"active": 3, "succeeded": 1}}}
+    s = kubeflow.status([obj])
+    assert s.state is JobState.RUNNING
+    assert {r: (c.replicas, c.active) for r, c in s.roles.items()} == {"chief": (1, 1), "ps": (2, 2), "worker": (4, 3)}
+
+
+# -- jobset ---------------------------------------------------------------------------------------
+
+
+jobset = get_backend("jobset")
+
+
+def a_jobset(conditions=(), rjs=(), restarts=0, suspend=False):
+    job = DLCJob(type="pytorch", image="img", command=["x"], roles={"master": 1, "worker": 2},
+                 scheduling={"queue": "q"} if suspend else {})
+    obj = jobset.render(job, NAME)[0]
+    obj["metadata"]["creationTimestamp"] = T0
+    obj["status"] = {"conditions": list(conditions), "replicatedJobsStatus": list(rjs), "restarts": restarts}
+    return obj
+
+
+def rjs(name, active=0, ready=0, succeeded=0, failed=0, suspended=0):
+    return {"name": name, "active": active, "ready": ready, "succeeded": succeeded, "failed": failed, "suspended": suspended}
+
+
+def test_jobset_completed():
+    obj = a_jobset([cond("Completed", "AllJobsCompleted", "jobset completed successfully", T3)],
+                   [rjs("master", succeeded=1), rjs("worker", succeeded=1)])
+    s = jobset.status([obj])
+    assert s.state is JobState.SUCCEEDED and s.finished == ts(T3)
+    assert s.roles["worker"].replicas == 2 and s.roles["worker"].succeeded == 2
+
+
+def test_jobset_failed_after_restarts():
+    obj = a_jobset([cond("Failed", "ReachedMaxRestarts", "jobset failed due to reaching max number of restarts", T3)],
+                   [rjs("master"), rjs("worker", failed=1)], restarts=2)
+    s = jobset.status([obj])
+    assert s.state is JobState.FAILED and s.reason == "ReachedMaxRestarts" and s.restarts == 2
+    rule = a_jobset([cond("Failed", "FailJobSetFailurePolicyRuleAction",
+                          "The child job failed with reason PodFailurePolicy", T3)], [rjs("worker", failed=1)])
+    assert jobset.status([rule]).reason == "FailJobSetFailurePolicyRuleAction"
+
+
+def test_jobset_running_restarting_suspended():
+    running = a_jobset([], [rjs("master", active=1, ready=1), rjs("worker", active=1, ready=1)])
+    assert jobset.status([running]).state is JobState.RUNNING
+    restarting = a_jobset([], [rjs("master", active=1), rjs("worker", active=1)], restarts=1)
+    s = jobset.status([restarting])
+    assert s.state is JobState.RESTARTING and s.restarts == 1
+    suspended = a_jobset([cond("Suspended", "SuspendedJobs", "jobset is suspended")], [rjs("master", suspended=1)], suspend=True)
+    assert jobset.status([suspended]).state is JobState.QUEUED
+    starting = a_jobset([], [rjs("master", active=1), rjs("worker", active=1)])
+    pods = [pod(f"{NAME}-worker-0-0-abcde", "worker", phase="Pending", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE}])]
+    s = jobset.status([starting], pods)
+    assert (s.state, s.message) == (JobState.QUEUED, UNSCHEDULABLE)
+    assert jobset.status([]).reason == "NotFound"
+
+
+# -- trainer --------------------------------------------------------------------------------------
+
+
+trainer = get_backend("trainer")
+
+
+def a_trainjob(conditions=(), jobs_status=()):
+    job = DLCJob(type="pytorch", image="img", command=["x"], roles={"worker": 4})
+    obj = trainer.render(job, NAME)[0]
+    obj["metadata"]["creationTimestamp"] = T0
+    obj["status"] = {"conditions": list(conditions), "jobsStatus": list(jobs_status)}
+    return obj
+
+
+def test_trainjob_states():
+    s = trainer.status([a_trainjob([], [rjs("node", active=1, ready=1)])])
+    assert s.state is JobState.RUNNING and s.roles["worker"].replicas == 4
+    s = trainer.status([a_trainjob([cond("Complete", "JobsCompleted", "TrainJob is completed", T3)], [rjs("node", succeeded=1)])])
+    assert s.state is JobState.SUCCEEDED and s.finished == ts(T3)
+    s = trainer.status([a_trainjob([cond("Failed", "JobsFailed", "TrainJob is failed", T3)], [rjs("node", failed=1)])])
+    assert s.state is JobState.FAILED and s.reason == "JobsFailed"
+    s = trainer.status([a_trainjob([cond("Suspended", "Suspended", "TrainJob is suspended")])])
+    assert s.state is JobState.QUEUED
+    assert trainer.status([a_trainjob([], [rjs("node", active=1)])]).state is JobState.PENDING
+
+
+# -- ray ------------------------------------------------------------------------------------------
+
+
+ray = get_backend("ray")
+
+
+def a_rayjob(deployment, job_status="", **status):
+    job = DLCJob(type="ray", image="rayproject/ray:2.40.0", command=["python", "job.py"], roles={"head": 1, "worker": 2})
+    obj = ray.render(job, NAME)[0]
+    obj["metadata"]["creationTimestamp"] = T0
+    obj["status"] = {"jobDeploymentStatus": deployment, "jobStatus": job_status, "startTime": T1, **status}
+    return obj
+
+
+@pytest.mark.parametrize("deployment, job_status, extra, state, reason", [
+    ("Initializing", "", {}, JobState.PENDING, "Initializing"),
+    ("Running", "PENDING", {}, JobState.PENDING, None),
+    ("Running", "RUNNING", {}, JobState.RUNNING, "Running"),
+    ("Complete", "SUCCEEDED", {"endTime": T3, "succeeded": 1}, JobState.SUCCEEDED, "Succeeded"),
+    ("Complete", "FAILED", {"endTime": T3, "reason": "AppFailed", "message": "Job entrypoint command failed with exit code 1"},
+     JobState.FAILED, "AppFailed"),
+    ("Complete", "STOPPED", {"endTime": T3}, JobState.STOPPED, "Stopped"),
+    ("Failed", "RUNNING", {"reason": "DeadlineExceeded",
+                           "message": "The RayJob has passed the activeDeadlineSeconds. DeadlineSeconds: 60"},
+     JobState.FAILED, "DeadlineExceeded"),
+    ("Failed", "", {"reason": "SubmissionFailed", "message": "submitter Job failed", "failed": 1}, JobState.FAILED, "SubmissionFailed"),
+    ("ValidationFailed", "", {"reason": "ValidationFailed", "message": "The RayJob spec is invalid"}, JobState.FAILED, "ValidationFailed"),
+    ("Suspended", "", {}, JobState.QUEUED, "Suspended"),
+    ("Retrying", "FAILED", {"failed": 1}, JobState.RESTARTING, "Retrying"),
+])
+def test_rayjob_states(deployment, job_status, extra, state, reason):
+    s = ray.status([a_rayjob(deployment, job_status, **extra)])
+    assert s.state is state
+    if reason:
+        assert s.reason == reason
+    if "message" in extra:
+        assert s.message == extra["message"]
+    if "endTime" in extra:
+        assert s.finished == ts(T3)
+    assert s.started == ts(T1) and s.roles["worker"].replicas == 2
+
+
+def test_rayjob_restarts_count():
+    assert ray.status([a_rayjob("Running", "RUNNING", failed=2)]).restarts == 2
+    assert ray.status([]).state is JobState.STOPPED
+
+
+def test_pods_do_not_override_a_terminal_state():
+    done = a_rayjob("Complete", "SUCCEEDED", endTime=T3)
+    pods = [pod("x", "worker", phase="Pending", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE}])]
+    assert ray.status([done], pods).state is JobState.SUCCEEDED
