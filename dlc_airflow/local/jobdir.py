@@ -49,6 +49,8 @@ def check_name(name: str) -> None:
             f"local job name {name!r} must be lowercase letters, digits, '-' and '.' "
             "(a DNS-1123 name), at most 253 characters"
         )
+    if name == VOLUMES:
+        raise ValueError(f"local job name {name!r} is reserved for the shared volume folders")
 
 
 def write_json(path: Path, data: Any) -> None:

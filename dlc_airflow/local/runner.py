@@ -59,6 +59,8 @@ class LocalRunner:
             self.grace_seconds = float(os.environ.get("DLC_LOCAL_GRACE_SECONDS", "10"))
         except ValueError:
             self.grace_seconds = 10.0
+        # the interpreter that runs supervisors (replicas run their own command)
+        self.python = sys.executable
         self._children: dict[str, subprocess.Popen] = {}
 
     # -- paths ------------------------------------------------------------------------
@@ -118,7 +120,7 @@ class LocalRunner:
         return False
 
     def _start_supervisor(self, name: str, jobdir: Path) -> None:
-        argv = [sys.executable, "-m", "dlc_airflow.local.supervisor", str(jobdir)]
+        argv = [self.python, "-m", "dlc_airflow.local.supervisor", str(jobdir)]
         try:
             with open(jobdir / layout.SUPERVISOR_LOG, "ab") as log:
                 proc = subprocess.Popen(

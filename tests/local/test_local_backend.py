@@ -618,6 +618,7 @@ DDP_TRAIN = """
 """
 
 
+@pytest.mark.slow
 def test_pytorch_ddp_over_gloo_with_two_workers(runner, tmp_path):
     pytest.importorskip("torch")
     root = tmp_path / "ckpt"
@@ -630,3 +631,45 @@ def test_pytorch_ddp_over_gloo_with_two_workers(runner, tmp_path):
     assert out["metrics"]["allreduce"] == 3.0
     assert out["metrics"]["loss"] < 1.0
     assert (root / "step-000020" / "model.pt").exists()
+
+
+# -- code source and submit failures ------------------------------------------------------
+
+
+def test_code_source_is_cloned_into_the_job_folder(runner, tmp_path):
+    repo = tmp_path / "repo"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "hello.txt").write_text("v1")
+    subprocess.run([*git, "add", "hello.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "v1"], check=True)
+    v1 = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    (repo / "hello.txt").write_text("v2")
+    subprocess.run([*git, "commit", "-qam", "v2"], check=True)
+    job = DLCJob(image="local", code={"repo": str(repo), "revision": v1, "mount_path": "/workspace/code"},
+                 working_dir="/workspace/code",
+                 command=[PY, "-c", "import sys; print(open(sys.argv[1]).read())", "/workspace/code/hello.txt"])
+    runner.submit(job, "with-code", labels())
+    assert wait(runner, "with-code").state == JobState.SUCCEEDED
+    assert runner.read_logs("with-code")[0] == [("worker-0", "v1")]  # the pinned revision
+
+    bad = job.model_copy(update={"code": job.code.model_copy(update={"revision": "no-such-rev"})})
+    runner.submit(bad, "bad-code", labels("task-b"))
+    status = wait(runner, "bad-code")
+    assert (status.state, status.reason) == (JobState.FAILED, "CodeSourceFailed")
+    assert "no-such-rev" in status.message
+
+
+def test_a_supervisor_that_cannot_start_leaves_a_failed_job(runner):
+    runner.python = "/nonexistent/python3"
+    job = DLCJob(image="local", command=[PY, "-c", "pass"])
+    with pytest.raises(LocalJobError, match="cannot start the local supervisor"):
+        runner.submit(job, "no-python", labels())
+    status = runner.status("no-python")
+    assert (status.state, status.reason) == (JobState.FAILED, "SupervisorStartFailed")
+    assert runner.submit(job, "no-python", labels()) is False  # the retry finds the failed job
+
+
+def test_reserved_name(runner):
+    with pytest.raises(ValueError, match="reserved"):
+        runner.submit(DLCJob(image="local", command=[PY, "-c", "pass"]), "volumes", labels())
