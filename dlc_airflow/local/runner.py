@@ -4,6 +4,10 @@ A local job is a folder (see dlc_airflow.local.jobdir) and a detached supervisor
 (dlc_airflow.local.supervisor). Everything here works from the folder alone, so any
 process - the task that submitted the job, its retry, the triggerer - can adopt, watch or
 stop it.
+
+Every process that watches a job must share the host and PID namespace of its supervisor
+(liveness is checked by pid and start time): one machine, or containers that share a PID
+namespace, as the triggerer and scheduler do in docker/compose.yaml.
 """
 
 from __future__ import annotations
