@@ -1,0 +1,56 @@
+"""Shared fixtures. Cluster tests use `cluster`, `admin`, `namespace` and `kube`."""
+
+from __future__ import annotations
+
+import os
+
+# Imported before any test starts threads: CPython 3.11.7's ast.parse (used by pytest's
+# assertion rewriting on import) is not thread-safe, and a late import of hypothesis while
+# watch threads import modules fails with "AST constructor recursion depth mismatch".
+import hypothesis  # noqa: F401
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    from tests.support.cluster import ClusterUnavailable, acquire_cluster
+
+    try:
+        found = acquire_cluster(IN_CI)
+    except ClusterUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true and no cluster: {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    print(f"\ncluster tests run against: {found.source}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def admin(cluster):
+    """Cluster-admin client: only for what a controller or an operator would do (status writes)."""
+    return cluster.admin()
+
+
+@pytest.fixture
+def namespace(cluster, admin):
+    """A fresh namespace where the restricted identity holds dlc-airflow's Role."""
+    from tests.support.cluster import create_test_namespace, delete_namespace
+
+    name = create_test_namespace(admin)
+    yield name
+    delete_namespace(admin, name)
+
+
+@pytest.fixture
+def kube(cluster, namespace):
+    """A client as the restricted ServiceAccount, in the test's namespace."""
+    return cluster.restricted(namespace)
+
+
+def pytest_collection_modifyitems(config, items):
+    # Tests that need a cluster carry the `cluster` marker, whatever fixture brings it.
+    for item in items:
+        if {"cluster", "kube", "admin", "namespace"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)

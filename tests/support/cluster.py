@@ -1,0 +1,204 @@
+"""Which Kubernetes cluster the tests run against, and clients for it.
+
+Order: DLC_TEST_KUBECONFIG (a user's own cluster) > the local control plane
+(scripts/k8s-local) > k3s through testcontainers when a Docker engine answers.
+Outside CI a missing cluster skips the cluster tests with the reason; with CI=true it is an
+error (a cluster test never silently skips in CI).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlc_airflow.k8s.client import KubeClient, NotFound
+from dlc_airflow.k8s.kinds import NAMESPACE, ResourceKind
+
+REPO = Path(__file__).resolve().parents[2]
+K8S_LOCAL = REPO / "scripts" / "k8s-local"
+RUNNER_ROLE = "dlc-airflow-job-runner"  # k8s/rbac/role.yaml
+SA_NAMESPACE, SA_NAME = "dlc-system", "dlc-airflow"
+SERVICE_ACCOUNT = ResourceKind("v1", "ServiceAccount", "serviceaccounts")
+ROLE_BINDING = ResourceKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
+
+
+class ClusterUnavailable(Exception):
+    pass
+
+
+@dataclass
+class TestCluster:
+    admin_kubeconfig: str
+    source: str
+    local_workdir: str | None = None  # the local control plane's state (fault injection)
+    _token: str | None = field(default=None, repr=False)
+
+    def admin(self, namespace: str = "default") -> KubeClient:
+        return KubeClient.from_kubeconfig(self.admin_kubeconfig, namespace=namespace)
+
+    def restricted(self, namespace: str, *, server: str | None = None, ca_file: str | None = None,
+                   **client_options) -> KubeClient:
+        """A client as the ServiceAccount that holds only dlc-airflow's documented Role
+        (optionally through another server address, e.g. a FaultProxy, with its CA)."""
+        from kubernetes import client
+
+        admin = self.admin()
+        cfg = client.Configuration()
+        cfg.host = server or admin.api.configuration.host
+        cfg.ssl_ca_cert = ca_file or admin.api.configuration.ssl_ca_cert
+        cfg.verify_ssl = True
+        # kubernetes client >= 36 reads "BearerToken", older ones "authorization"
+        cfg.api_key = {"BearerToken": self.token(), "authorization": self.token()}
+        cfg.api_key_prefix = {"BearerToken": "Bearer", "authorization": "Bearer"}
+        return KubeClient(client.ApiClient(cfg), namespace=namespace, **client_options)
+
+    def fault_proxy(self):
+        """A FaultProxy in front of this cluster's API server."""
+        from tests.support.faultproxy import FaultProxy
+
+        cfg = self.admin().api.configuration
+        return FaultProxy(cfg.host, cfg.ssl_ca_cert)
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = mint_token(self.admin())
+        return self._token
+
+    def restart_apiserver(self) -> None:
+        if not self.local_workdir:
+            raise ClusterUnavailable("restarting kube-apiserver needs the local control plane")
+        subprocess.run([str(K8S_LOCAL), "restart-apiserver"], check=True, timeout=180)
+
+
+def ensure_service_account(admin: KubeClient) -> None:
+    from dlc_airflow.k8s.client import Conflict
+
+    for obj in (
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SA_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": SA_NAME, "namespace": SA_NAMESPACE}},
+    ):
+        try:
+            admin.request("POST", _kind(obj).path(obj["metadata"].get("namespace")), body=obj)
+        except Conflict:
+            pass
+
+
+def mint_token(admin: KubeClient, hours: int = 6) -> str:
+    ensure_service_account(admin)
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": hours * 3600}}
+    data = admin.request("POST", SERVICE_ACCOUNT.path(SA_NAMESPACE, SA_NAME, "token"), body=body)
+    return data["status"]["token"]
+
+
+def _kind(obj: dict) -> ResourceKind:
+    return NAMESPACE if obj["kind"] == "Namespace" else SERVICE_ACCOUNT
+
+
+def create_test_namespace(admin: KubeClient, prefix: str = "t") -> str:
+    """A fresh namespace where the ServiceAccount holds the job-runner Role."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin.request("POST", NAMESPACE.path(), body={
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"dlc-airflow/test": "true"}}})
+    admin.request("POST", ROLE_BINDING.path(name), body={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "dlc-airflow", "namespace": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RUNNER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}]})
+    return name
+
+
+def delete_namespace(admin: KubeClient, name: str) -> None:
+    try:
+        admin.delete(NAMESPACE, name)
+    except NotFound:
+        pass
+
+
+def _local_env() -> dict[str, str]:
+    out = subprocess.run([str(K8S_LOCAL), "env"], check=True, capture_output=True, text=True).stdout
+    env = {}
+    for line in out.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = value
+    return env
+
+
+def _ready(kubeconfig: str) -> bool:
+    try:
+        KubeClient.from_kubeconfig(kubeconfig, retries=0, timeout=5).request("GET", "/readyz", text=True)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not usable"
+        return False
+
+
+def _binaries_cached() -> bool:
+    out = subprocess.run(["bash", "-c", f"source {REPO}/scripts/k8s-versions.env; "
+                          "c=${DLC_K8S_CACHE:-$HOME/.cache/dlc-airflow/k8s}; "
+                          "test -f $c/kubernetes-$K8S_VERSION/.complete -a -f $c/etcd-$ETCD_VERSION/.complete "
+                          "-a -f $c/kwok-$KWOK_VERSION/.complete"])
+    return out.returncode == 0
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-not-found]
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def acquire_cluster(in_ci: bool) -> TestCluster:
+    own = os.environ.get("DLC_TEST_KUBECONFIG")
+    if own:
+        if not _ready(own):
+            raise ClusterUnavailable(f"DLC_TEST_KUBECONFIG={own}: the API server does not answer /readyz")
+        return TestCluster(own, source=f"DLC_TEST_KUBECONFIG ({own})")
+
+    env = _local_env()
+    admin = env["DLC_K8S_ADMIN_KUBECONFIG"]
+    if not (Path(admin).exists() and _ready(admin)) and (in_ci or _binaries_cached()):
+        # CI builds the control plane when the cache is empty; a developer's first run
+        # does too once the binaries exist (scripts/k8s-build, ~30 min cold).
+        proc = subprocess.run([str(K8S_LOCAL), "up"], capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            raise ClusterUnavailable(f"scripts/k8s-local up failed:\n{proc.stderr[-3000:]}")
+    if Path(admin).exists() and _ready(admin):
+        return TestCluster(admin, source="local control plane (scripts/k8s-local)",
+                           local_workdir=env.get("DLC_K8S_WORKDIR"))
+
+    if _docker_answers():
+        return _k3s_cluster()
+    raise ClusterUnavailable(
+        "no Kubernetes cluster: run `scripts/k8s-local up` (builds the control plane from Go "
+        "modules once), or set DLC_TEST_KUBECONFIG to your own cluster's kubeconfig"
+    )
+
+
+_k3s = None
+
+
+def _k3s_cluster() -> TestCluster:
+    """k3s through testcontainers (only where a Docker engine answers)."""
+    global _k3s
+    from testcontainers.k3s import K3SContainer  # type: ignore[import-not-found]
+
+    _k3s = K3SContainer().start()
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"dlc-k3s-{uuid.uuid4().hex[:6]}.kubeconfig"
+    path.write_text(_k3s.config_yaml())
+    admin = KubeClient.from_kubeconfig(str(path))
+    for manifest in sorted((REPO / "k8s" / "crds").rglob("*.yaml")) + [REPO / "k8s" / "rbac" / "role.yaml"]:
+        subprocess.run(["kubectl", "--kubeconfig", str(path), "apply", "--server-side", "-f", str(manifest)],
+                       check=True, capture_output=True)
+    del admin
+    return TestCluster(str(path), source="k3s (testcontainers)")
+
+
