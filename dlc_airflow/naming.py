@@ -64,11 +64,14 @@ class TaskIdentity:
     run_id: str
     map_index: int = -1
     try_number: int = 1
+    # Airflow counts clears of a run (not retries): a cleared task gets new jobs, a retried
+    # one finds the jobs of its earlier tries.
+    clear_number: int = 0
 
     @property
     def key(self) -> str:
-        """Stable across tries of the same task instance."""
-        return digest(self.dag_id, self.task_id, self.run_id, self.map_index, length=16)
+        """Stable across retries of the same task instance; new after a clear."""
+        return digest(self.dag_id, self.task_id, self.run_id, self.map_index, self.clear_number, length=16)
 
 
 def job_name(base: str, identity: TaskIdentity, attempt: int) -> str:

@@ -1,0 +1,270 @@
+"""Submit, find, inspect and stop one backend's jobs in one namespace (all cluster I/O of a job).
+
+Idempotency lives here. A job's objects have deterministic names, so `submit` creates
+each object and treats 409 AlreadyExists as "already made": it reads the object back and
+adopts it if it carries this task instance's key (and refuses if it belongs to another).
+A submission that fails on a permanent error (invalid, forbidden) deletes what it created,
+so nothing is left half-submitted; one cut short by a crash is completed by the next try,
+which adopts what exists and creates what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dlc_airflow.k8s.client import Conflict, KubeClient, KubeError
+from dlc_airflow.k8s.kinds import EVENT, POD, ResourceKind, kind_of
+from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE, LABEL_TASK_KEY, TaskIdentity, task_labels
+from dlc_airflow.status import JobStatus
+
+log = logging.getLogger(__name__)
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+class SubmitError(Exception):
+    """The API server refused the job; nothing of it is left behind."""
+
+
+class OwnershipError(SubmitError):
+    """An object with the job's name exists and belongs to another task instance."""
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Where a submitted job lives: enough to find it again from any process."""
+
+    name: str
+    namespace: str
+    backend: str
+    kind: ResourceKind  # the kind waiters watch
+    kinds: tuple[ResourceKind, ...] = field(default=())  # every kind the job created
+    attempt: int = 1
+    uid: str = ""  # of the primary object, once known
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "namespace": self.namespace, "backend": self.backend,
+            "attempt": self.attempt, "uid": self.uid, "kind": _kind_dict(self.kind),
+            "kinds": [_kind_dict(k) for k in self.kinds],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobRef:
+        return cls(name=data["name"], namespace=data["namespace"], backend=data["backend"],
+                   kind=ResourceKind(**data["kind"]), kinds=tuple(ResourceKind(**k) for k in data["kinds"]),
+                   attempt=int(data.get("attempt", 1)), uid=data.get("uid", ""))
+
+
+def _kind_dict(kind: ResourceKind) -> dict[str, Any]:
+    return {"api_version": kind.api_version, "kind": kind.kind, "plural": kind.plural,
+            "namespaced": kind.namespaced}
+
+
+class KubeRunner:
+    def __init__(self, client: KubeClient, backend: Any, namespace: str | None = None,
+                 cluster_key: str | None = None):
+        self.client = client
+        self.backend = backend
+        self.namespace = namespace or client.namespace
+        # waits on the same cluster (and credentials) share one watch per namespace and kind
+        self.cluster_key = cluster_key or client.server
+
+    def follower(self, ref: JobRef) -> Any:
+        """Something that reports the job's status changes (see waiter.JobWaiter)."""
+        from dlc_airflow.k8s.waiter import JobWaiter
+
+        return JobWaiter(self, ref, self.cluster_key)
+
+    # -- submit / find -----------------------------------------------------------------
+    def ref(self, job: Any, name: str, attempt: int = 1) -> JobRef:
+        return JobRef(name=name, namespace=self.namespace, backend=self.backend.name,
+                      kind=self.backend.kind(job), kinds=tuple(self.backend.kinds(job)), attempt=attempt)
+
+    def submit(self, job: Any, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
+        """Create the job's objects, or adopt them; returns (ref, created anything)."""
+        objects = self.backend.render(job, name, identity, attempt)
+        ref = self.ref(job, name, attempt)
+        created: list[dict] = []
+        owner: dict | None = None
+        try:
+            for index, obj in enumerate(objects):
+                if owner is not None:
+                    obj = _owned_by(obj, owner)
+                result, made = self._create_or_adopt(obj, identity)
+                if made:
+                    created.append(result)
+                if index == 0:
+                    owner = result
+        except KubeError as exc:
+            self._roll_back(created)
+            what = f"{obj['kind']} {obj['metadata']['name']}"
+            raise SubmitError(f"submitting job {name} to namespace {self.namespace} failed at {what}: "
+                              f"{exc.message or exc.reason} ({exc.status or 'no response'})") from exc
+        except OwnershipError:
+            self._roll_back(created)
+            raise
+        uid = (owner or {}).get("metadata", {}).get("uid", "")
+        return replace(ref, uid=uid), bool(created)
+
+    def _create_or_adopt(self, obj: dict, identity: TaskIdentity | None) -> tuple[dict, bool]:
+        kind = kind_of(obj)
+        name = obj["metadata"]["name"]
+        try:
+            return self.client.create(obj, self.namespace), True
+        except Conflict:
+            existing = self.client.get(kind, name, self.namespace)
+            if existing is None:  # deleted in between: create again
+                return self.client.create(obj, self.namespace), True
+            theirs = existing["metadata"].get("labels", {}).get(LABEL_TASK_KEY)
+            ours = obj["metadata"].get("labels", {}).get(LABEL_TASK_KEY)
+            if theirs != ours:
+                raise OwnershipError(
+                    f"{kind.kind} {name} already exists in namespace {self.namespace} and belongs to "
+                    f"another task (task-key {theirs}, ours {ours}); rename the job or delete that object"
+                ) from None
+            log.info("adopting existing %s %s", kind.kind, name)
+            return existing, False
+
+    def _roll_back(self, created: list[dict]) -> None:
+        for obj in reversed(created):
+            try:
+                self.client.delete(kind_of(obj), obj["metadata"]["name"], self.namespace)
+            except KubeError as exc:  # the next try adopts or cleans what is left
+                log.warning("could not roll back %s %s: %s", obj["kind"], obj["metadata"]["name"], exc)
+
+    def find(self, identity: TaskIdentity, kind: ResourceKind) -> list[JobRef]:
+        """Every job this task instance made (of `kind`), oldest attempt first."""
+        items, _ = self.client.list(kind, self.namespace, labels=task_labels(identity))
+        jobs: dict[str, int] = {}
+        for obj in items:
+            labels = obj["metadata"].get("labels", {})
+            if labels.get(LABEL_JOB):
+                jobs[labels[LABEL_JOB]] = int(labels.get(LABEL_ATTEMPT, "1"))
+        return [JobRef(name=n, namespace=self.namespace, backend=self.backend.name, kind=kind,
+                       kinds=(kind,), attempt=a) for n, a in sorted(jobs.items(), key=lambda x: x[1])]
+
+    # -- inspect -----------------------------------------------------------------------
+    def objects(self, ref: JobRef) -> list[dict]:
+        return self.client.list(ref.kind, ref.namespace, labels={LABEL_JOB: ref.name})[0]
+
+    def pods(self, ref: JobRef) -> list[dict]:
+        return self.client.list(POD, ref.namespace, labels={LABEL_JOB: ref.name})[0]
+
+    def status(self, ref: JobRef) -> JobStatus:
+        return self.backend.status(self.objects(ref), self.pods(ref))
+
+    def events(self, ref: JobRef, seen: set[str] | None = None) -> list[dict]:
+        """Kubernetes Events about the job's objects and pods (not yet in `seen`)."""
+        items, _ = self.client.list(EVENT, ref.namespace)
+        return [e for e in items if is_job_event(e, ref.name) and e["metadata"]["uid"] not in (seen or ())]
+
+    def logs(self, ref: JobRef, since: dict[str, str] | None = None,
+             pods: list[dict] | None = None) -> tuple[list[tuple[str, str]], dict[str, str]]:
+        """New log lines of every started pod as (replica, line), and the new positions.
+
+        Positions are per pod: the timestamp of the last line read (sinceTime is
+        inclusive, so that line is skipped when read again).
+        """
+        since = dict(since or {})
+        lines: list[tuple[str, str]] = []
+        for pod in sorted(pods if pods is not None else self.pods(ref), key=replica_name):
+            pod_name = pod["metadata"]["name"]
+            if not _started(pod):
+                continue
+            try:
+                text = self.client.read_log(pod_name, ref.namespace, container=_main_container(pod),
+                                            since_time=since.get(pod_name), timestamps=True)
+            except KubeError as exc:
+                log.debug("no logs for %s yet: %s", pod_name, exc)
+                continue
+            last = since.get(pod_name)
+            for raw in text.splitlines():
+                stamp, _, line = raw.partition(" ")
+                if last and stamp <= last:
+                    continue
+                lines.append((replica_name(pod), line))
+                since[pod_name] = stamp
+        return lines, since
+
+    def outputs(self, ref: JobRef, pods: list[dict] | None = None) -> dict[str, Any]:
+        """What the job reported through dlc_airflow.runtime (the containers' termination
+        messages): {"metrics": {...}, "outputs": {...}}; the coordinator replica wins."""
+        merged: dict[str, dict] = {"metrics": {}, "outputs": {}}
+        ordered = sorted(pods if pods is not None else self.pods(ref), key=_rank_key, reverse=True)
+        for pod in ordered:
+            message = termination_message(pod)
+            if not message:
+                continue
+            try:
+                data = json.loads(message)
+            except ValueError:
+                continue
+            for part in ("metrics", "outputs"):
+                if isinstance(data.get(part), dict):
+                    merged[part].update(data[part])
+        return merged
+
+    # -- stop --------------------------------------------------------------------------
+    def stop(self, ref: JobRef) -> int:
+        """Delete every object of the job (pods go with their owners); returns how many."""
+        deleted = 0
+        for kind in ref.kinds or (ref.kind,):
+            items, _ = self.client.list(kind, ref.namespace, labels={LABEL_JOB: ref.name})
+            for obj in items:
+                deleted += self.client.delete(kind, obj["metadata"]["name"], ref.namespace)
+        return deleted
+
+
+def _owned_by(obj: dict, owner: dict) -> dict:
+    """A copy of obj owned by the job's primary object: deleting it removes the rest."""
+    obj = json.loads(json.dumps(obj))
+    meta = owner["metadata"]
+    obj["metadata"]["ownerReferences"] = [{
+        "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"],
+    }]
+    return obj
+
+
+def replica_name(pod: dict) -> str:
+    """`<role>-<index>` of a pod, for log prefixes."""
+    meta = pod.get("metadata", {})
+    labels, annotations = meta.get("labels", {}), meta.get("annotations", {})
+    role = (labels.get(LABEL_ROLE) or labels.get("training.kubeflow.org/replica-type")
+            or labels.get("ray.io/node-type") or "pod")
+    index = (annotations.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX)
+             or labels.get("training.kubeflow.org/replica-index"))
+    return f"{role.lower()}-{index}" if index is not None else meta.get("name", role)
+
+
+def _rank_key(pod: dict) -> tuple[int, int]:
+    role = pod.get("metadata", {}).get("labels", {}).get(LABEL_ROLE, "")
+    index = int(pod.get("metadata", {}).get("annotations", {}).get(COMPLETION_INDEX, "0") or 0)
+    coordinator = role in ("master", "chief", "launcher", "head")
+    # sorted(reverse=True): workers first, the coordinator's index 0 last (so it wins)
+    return (1 if coordinator else 0, -index)
+
+
+def _main_container(pod: dict) -> str:
+    return pod["spec"]["containers"][0]["name"]
+
+
+def _started(pod: dict) -> bool:
+    return pod.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed")
+
+
+def termination_message(pod: dict) -> str:
+    for status in pod.get("status", {}).get("containerStatuses", []) or []:
+        message = (status.get("state", {}).get("terminated") or {}).get("message")
+        if message:
+            return message
+    return ""
+
+
+def is_job_event(event: dict, job: str) -> bool:
+    """An Event about one of the job's objects or pods (their names start with the job name)."""
+    name = event.get("involvedObject", {}).get("name", "")
+    return name == job or name.startswith(job + "-")

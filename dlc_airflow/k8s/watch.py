@@ -1,0 +1,257 @@
+"""One list+watch per (cluster, namespace, kind), shared by every job waiting in a process.
+
+A waiter registers interest in one job (the value of the label dlc-airflow/job-name) and is
+called with that job's current objects whenever they change, and once at once with the
+state the watch already knows. The watch lists, then watches from the list's
+resourceVersion; it resumes from the last resourceVersion it saw after a broken
+connection (with backoff), and lists again after 410 Gone, delivering whatever changed
+in between, deletions included. Objects are level-triggered state (a Job's conditions
+stay on the object), so a waiter never misses a terminal transition: it sees the current
+state when it registers, and every change after.
+
+The watch runs in a daemon thread and stops when its last waiter leaves; callbacks run in
+that thread (the trigger hands them to its event loop with call_soon_threadsafe).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dlc_airflow.k8s.client import Gone, KubeClient, KubeError
+from dlc_airflow.k8s.kinds import ResourceKind
+from dlc_airflow.naming import LABEL_JOB, MANAGED_BY, MANAGER
+
+log = logging.getLogger(__name__)
+
+# objects of one job, by object name; `deleted` holds the last state of objects that went away
+Callback = Callable[["JobObjects"], None]
+
+
+@dataclass
+class JobObjects:
+    live: dict[str, dict] = field(default_factory=dict)
+    deleted: dict[str, dict] = field(default_factory=dict)
+    synced: bool = False  # the watch has listed at least once
+
+    def copy(self) -> JobObjects:
+        return JobObjects(dict(self.live), dict(self.deleted), self.synced)
+
+
+@dataclass
+class WatchStats:
+    lists: int = 0
+    watches: int = 0  # watch requests opened (reconnects included)
+    events: int = 0
+    gone: int = 0
+    errors: int = 0
+
+
+class SharedWatch:
+    """list+watch of one kind in one namespace, for objects dlc-airflow manages."""
+
+    def __init__(self, client: KubeClient, namespace: str, kind: ResourceKind, *,
+                 group_label: str = LABEL_JOB, watch_timeout: int = 240):
+        self.client, self.namespace, self.kind = client, namespace, kind
+        self.group_label = group_label
+        self.watch_timeout = watch_timeout
+        self.stats = WatchStats()
+        self._lock = threading.Lock()
+        self._objects: dict[str, JobObjects] = {}
+        self._subscribers: dict[str, list[Callback]] = {}
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+
+    # -- subscribers -------------------------------------------------------------------
+    def subscribe(self, job: str, callback: Callback) -> Callable[[], None]:
+        """Call `callback(JobObjects)` on every change of `job`'s objects; returns unsubscribe."""
+        with self._lock:
+            self._subscribers.setdefault(job, []).append(callback)
+            current = self._objects.get(job, JobObjects()).copy()
+            current.synced = self._synced.is_set()
+        if current.synced:
+            callback(current)
+        self._ensure_running()
+
+        def unsubscribe() -> None:
+            with self._lock:
+                subs = self._subscribers.get(job, [])
+                if callback in subs:
+                    subs.remove(callback)
+                if not subs:
+                    self._subscribers.pop(job, None)
+        return unsubscribe
+
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._subscribers.values())
+
+    def current(self, job: str) -> JobObjects | None:
+        with self._lock:
+            objs = self._objects.get(job)
+            return objs.copy() if objs else None
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- the watch loop ----------------------------------------------------------------
+    def _ensure_running(self) -> None:
+        with self._lock:
+            if self._thread and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, daemon=True, name=f"dlc-watch-{self.kind.plural}-{self.namespace}")
+            self._thread.start()
+
+    def _run(self) -> None:
+        selector = {MANAGED_BY: MANAGER}
+        rv: str | None = None
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    rv = self._relist(selector)
+                self.stats.watches += 1
+                for etype, obj in self.client.watch(self.kind, self.namespace, resource_version=rv,
+                                                    labels=selector, timeout_seconds=self.watch_timeout):
+                    failures = 0
+                    rv = obj.get("metadata", {}).get("resourceVersion") or rv
+                    if etype == "BOOKMARK":
+                        continue
+                    self.stats.events += 1
+                    self._apply(etype, obj)
+                    if self._stop.is_set():
+                        return
+            except Gone:
+                self.stats.gone += 1
+                log.info("watch %s/%s: resourceVersion %s expired (410 Gone); listing again",
+                         self.namespace, self.kind.plural, rv)
+                rv = None
+            except KubeError as exc:
+                self.stats.errors += 1
+                failures += 1
+                self.last_error = str(exc)
+                delay = min(5.0, 0.1 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
+                log.warning("watch %s/%s: %s; resuming from resourceVersion %s in %.1fs",
+                            self.namespace, self.kind.plural, exc, rv, delay)
+                self._stop.wait(delay)
+            except Exception as exc:  # noqa: BLE001 - keep serving waiters whatever happens
+                self.stats.errors += 1
+                failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("watch %s/%s failed; listing again", self.namespace, self.kind.plural)
+                rv = None
+                self._stop.wait(min(5.0, 0.2 * failures))
+
+    def _relist(self, selector: dict[str, str]) -> str:
+        items, rv = self.client.list(self.kind, self.namespace, labels=selector)
+        self.stats.lists += 1
+        fresh: dict[str, dict[str, dict]] = {}
+        for obj in items:
+            job = obj["metadata"].get("labels", {}).get(self.group_label)
+            if job:
+                fresh.setdefault(job, {})[obj["metadata"]["name"]] = obj
+        changed: list[str] = []
+        with self._lock:
+            for job in set(self._objects) | set(fresh):
+                before = self._objects.get(job, JobObjects())
+                live = fresh.get(job, {})
+                gone = {n: o for n, o in before.live.items() if n not in live}
+                if gone or _versions(before.live) != _versions(live) or not self._synced.is_set():
+                    self._objects[job] = JobObjects(live, {**before.deleted, **gone}, True)
+                    changed.append(job)
+            self._synced.set()
+        for job in changed:
+            self._notify(job)
+        return rv
+
+    def _apply(self, etype: str, obj: dict) -> None:
+        meta = obj.get("metadata", {})
+        job = meta.get("labels", {}).get(self.group_label)
+        if not job:
+            return
+        with self._lock:
+            objs = self._objects.setdefault(job, JobObjects(synced=True))
+            if etype == "DELETED":
+                objs.live.pop(meta["name"], None)
+                objs.deleted[meta["name"]] = obj
+                if not objs.live and not self._subscribers.get(job):
+                    # nobody waits on it: forget it (the cache holds live objects only)
+                    del self._objects[job]
+                    return
+            else:
+                objs.live[meta["name"]] = obj
+                objs.deleted.pop(meta["name"], None)
+        self._notify(job)
+
+    def _notify(self, job: str) -> None:
+        with self._lock:
+            subs = list(self._subscribers.get(job, ()))
+            snapshot = self._objects.get(job, JobObjects(synced=True)).copy()
+        for callback in subs:
+            try:
+                callback(snapshot)
+            except Exception:  # noqa: BLE001 - one waiter's bug must not stop the others
+                log.exception("watch callback for %s failed", job)
+
+
+def _versions(objs: dict[str, dict]) -> dict[str, str]:
+    return {n: o.get("metadata", {}).get("resourceVersion", "") for n, o in objs.items()}
+
+
+class WatchRegistry:
+    """The shared watches of a process: one per (cluster key, namespace, kind).
+
+    A watch with no waiters is stopped after `linger` seconds (so a burst of tasks that
+    defer one after another reuses one watch instead of opening many).
+    """
+
+    def __init__(self, linger: float = 30.0):
+        self.linger = linger
+        self._lock = threading.Lock()
+        self._watches: dict[tuple, SharedWatch] = {}
+        self._idle_since: dict[tuple, float] = {}
+
+    def get(self, key: tuple, factory: Callable[[], SharedWatch]) -> SharedWatch:
+        with self._lock:
+            self._reap()
+            watch = self._watches.get(key)
+            if watch is None:
+                watch = self._watches[key] = factory()
+            self._idle_since.pop(key, None)
+            return watch
+
+    def release(self, key: tuple) -> None:
+        with self._lock:
+            watch = self._watches.get(key)
+            if watch is not None and watch.waiting() == 0:
+                self._idle_since[key] = time.monotonic()
+            self._reap()
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for key, since in list(self._idle_since.items()):
+            watch = self._watches.get(key)
+            if watch is None or (watch.waiting() == 0 and now - since >= self.linger):
+                if watch is not None:
+                    watch.stop()
+                self._watches.pop(key, None)
+                self._idle_since.pop(key, None)
+
+    def watches(self) -> dict[tuple, SharedWatch]:
+        with self._lock:
+            return dict(self._watches)
+
+
+# The process's registry (the triggerer's, or a worker's for in-process waits).
+REGISTRY = WatchRegistry()

@@ -1,0 +1,104 @@
+"""What a wait on a job says and decides, whoever waits (worker, triggerer, sensor).
+
+Pure bookkeeping fed with status updates and the clock: the lines worth logging (state
+changes, restarts, scheduling problems, a heartbeat on long waits) and the verdict:
+finished, queued too long, or out of time. The waiting loops only do the I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlc_airflow.status import JobState, JobStatus
+
+QUEUED_STATES = frozenset({JobState.PENDING, JobState.QUEUED})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str  # "finished", "queue_timeout", "timeout"
+    status: JobStatus
+    message: str
+
+    @property
+    def succeeded(self) -> bool:
+        return self.kind == "finished" and self.status.state == JobState.SUCCEEDED
+
+
+class Progress:
+    """Tracks one wait. Times are time.monotonic() seconds."""
+
+    def __init__(self, job: str, now: float, *, queue_timeout: float | None = None,
+                 timeout: float | None = None, heartbeat: float = 60.0, queued_already: float = 0.0):
+        self.job = job
+        self.started = now
+        self.queue_timeout = queue_timeout
+        self.deadline = now + timeout if timeout else None
+        self.heartbeat_every = heartbeat
+        self.last: JobStatus | None = None
+        # a wait resumed elsewhere (another triggerer) keeps the time already spent queued
+        self.queued_since: float | None = now - queued_already
+        self.last_said = now
+
+    def update(self, status: JobStatus, now: float) -> list[str]:
+        """Record a status; return the lines worth logging about the change."""
+        lines: list[str] = []
+        prev = self.last
+        if prev is None or (status.state, status.reason, status.message) != (prev.state, prev.reason, prev.message):
+            lines.append(f"job {self.job}: {status.summary()}")
+        if prev is not None and status.restarts > prev.restarts:
+            lines.append(f"job {self.job}: a replica failed and was restarted "
+                         f"({status.restarts} restart{'s' if status.restarts != 1 else ''} so far)")
+        if status.state in QUEUED_STATES:
+            if self.queued_since is None:
+                self.queued_since = now
+        else:
+            self.queued_since = None
+        self.last = status
+        if lines:
+            self.last_said = now
+        return lines
+
+    def heartbeat(self, now: float) -> str | None:
+        """A line on long waits, so a quiet job does not look like a hung task."""
+        if self.last is None or now - self.last_said < self.heartbeat_every:
+            return None
+        self.last_said = now
+        return f"job {self.job}: still {self.last.summary()} after {_human(now - self.started)}"
+
+    def verdict(self, now: float) -> Verdict | None:
+        status = self.last
+        if status is None:
+            return None
+        if status.terminal:
+            return Verdict("finished", status, f"job {self.job} {status.state.value.lower()}"
+                           + (f": {status.reason}" if status.reason else "")
+                           + (f" - {status.message}" if status.message else ""))
+        if (self.queue_timeout is not None and self.queued_since is not None
+                and now - self.queued_since >= self.queue_timeout):
+            why = status.message or f"no replica started ({status.state.value})"
+            return Verdict("queue_timeout", status,
+                           f"job {self.job} was not scheduled within queue_timeout "
+                           f"({_human(self.queue_timeout)}): {why}")
+        if self.deadline is not None and now >= self.deadline:
+            return Verdict("timeout", status, f"job {self.job} did not finish within timeout "
+                           f"({_human(self.deadline - self.started)}); last state {status.summary()}")
+        return None
+
+    def next_wakeup(self, now: float, default: float) -> float:
+        """Seconds until something is due even without news (a timeout, a heartbeat)."""
+        due = [default, self.heartbeat_every - (now - self.last_said)]
+        if self.deadline is not None:
+            due.append(self.deadline - now)
+        if self.queue_timeout is not None and self.queued_since is not None:
+            due.append(self.queued_since + self.queue_timeout - now)
+        return max(0.05, min(due))
+
+
+def _human(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
