@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlc_airflow import naming, wiring
+from dlc_airflow import wiring
 from dlc_airflow.backends.base import (
     CONFIG_MAP,
     Backend,
@@ -277,5 +277,8 @@ def kubeflow_status(obj: dict) -> JobStatus:
         return result(JobState.RESTARTING, "Restarting", cond, restarts=max(1, failed_pods))
     if cond := condition(obj, "Running"):
         return result(JobState.RUNNING, "Running", cond, restarts=failed_pods)
+    if (spec.get("runPolicy") or {}).get("suspend"):
+        return JobStatus(state=JobState.QUEUED, reason="Suspended",
+                         message="suspended (waiting for admission, e.g. Kueue)", **base)
     cond = condition(obj, "Created") or {}
     return result(JobState.PENDING, "Created", cond, restarts=failed_pods)

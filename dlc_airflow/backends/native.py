@@ -19,7 +19,8 @@ runs out of restarts fails the job), and `podFailurePolicy` rules, first match w
   2. FailJob when the main container exits with a code NotIn `retryable_exit_codes` (when
      that list is set): no restart for a permanent error. The API wants the values sorted,
      unique, at most 255 (0 is only forbidden with In); the spec normalises them so.
-`activeDeadlineSeconds` = max_running_time, `ttlSecondsAfterFinished` = ttl_after_finished.
+`activeDeadlineSeconds` = max_running_time, `ttlSecondsAfterFinished` = ttl_after_finished
+(on every role Job; when the primary goes, the garbage collector takes the rest with it).
 
 Kueue: each Job carries `kueue.x-k8s.io/queue-name` and is created with `suspend: true`,
 as Kueue's own samples do: Kueue's webhook would suspend it anyway, and creating it suspended
@@ -40,7 +41,6 @@ from dlc_airflow.backends.base import (
     JOB,
     SERVICE,
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     condition_time,
@@ -289,10 +289,12 @@ def jobs_status(jobs: list[dict]) -> JobStatus:
         )
         return JobStatus(state=JobState.SUCCEEDED, reason="Completed", finished=finished, **base)
 
-    if any(condition(o, "Suspended") for o in jobs):
-        suspended = [_role_of(o) for o in jobs if condition(o, "Suspended")]
-        cond = condition(next(o for o in jobs if condition(o, "Suspended")), "Suspended") or {}
-        message = cond.get("message") or f"suspended: {', '.join(suspended)} (waiting for admission, e.g. Kueue)"
+    # spec.suspend covers the moment before the controller has written the condition.
+    suspended = [o for o in jobs if condition(o, "Suspended") or (o.get("spec") or {}).get("suspend")]
+    if suspended:
+        cond = condition(suspended[0], "Suspended") or {}
+        roles_waiting = ", ".join(_role_of(o) for o in suspended)
+        message = cond.get("message") or f"suspended: {roles_waiting} (waiting for admission, e.g. Kueue)"
         return JobStatus(state=JobState.QUEUED, reason="Suspended", message=message, **base)
 
     def count(key: str) -> int:

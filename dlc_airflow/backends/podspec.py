@@ -104,7 +104,9 @@ def env_and_exports(
             parts.append(f"${{{index_env_name(key, 'SUFFIX')}}}")
         value_src = "".join(parts)
         exports.append(f"export {key}={value_src}" if len(parts) == 1 else f'export {key}="{value_src}"')
-    return entries, exports
+    # One entry per name (the last wins): CRDs declare env a list-map keyed by name.
+    unique = {e["name"]: e for e in entries}
+    return list(unique.values()), exports
 
 
 def wrap_command(argv: list[str], exports: list[str]) -> list[str]:
@@ -320,12 +322,19 @@ def pod_template(
 
     `run_command=False` leaves the container's command to the operator (KubeRay starts
     `ray start` itself); `restart_policy=None` leaves it to the replica spec (Kubeflow).
+    The working directory is job.working_dir, else the cloned code's mount path.
     """
     res = job.role_resources(role)
     vols = storage_volumes(job)
     shm = shm_volume(res)
     volumes = vols.volumes + shm.volumes + (extra.volumes if extra else [])
     mounts = vols.mounts + shm.mounts + (extra.mounts if extra else [])
+    paths = [m["mountPath"] for m in mounts]
+    if clash := sorted({p for p in paths if paths.count(p) > 1}):
+        raise BackendError(
+            f"roles.{role}: mount path {clash} is used twice (a storage mount over shared memory "
+            f"{SHM_PATH} or a hostfile?): move the storage mount"
+        )
 
     entries, exports = env_and_exports({**env, "DLC_OUTPUT_FILE": OUTPUT_FILE}, index)
     container: dict = {"name": container_name, "image": job.role_image(role)}

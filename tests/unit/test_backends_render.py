@@ -778,3 +778,18 @@ def test_jobset_refuses_pod_names_over_63():
     with pytest.raises(BackendError, match="63"):
         get_backend("jobset").render(job, long_name)
     get_backend("native").render(job, long_name)  # <name>-<role>-<index> still fits
+
+
+def test_mount_path_clash_is_refused():
+    job = make("batch", resources={"shared_memory": "1Gi"},
+               storage=[{"type": "empty_dir", "mount_path": "/dev/shm"}])
+    with pytest.raises(BackendError, match="/dev/shm"):
+        render("native", job)
+
+
+def test_env_names_are_unique():
+    job = make("tensorflow", {"worker": 2}, env={"JOB_COMPLETION_INDEX": "x", "DLC_TF_CONFIG_PREFIX": "y"})
+    for backend in ("native", "jobset"):
+        for _, t in pod_templates(render(backend, job)[0]):
+            names = [e["name"] for e in main(t)["env"]]
+            assert len(names) == len(set(names))

@@ -386,3 +386,14 @@ def test_pods_do_not_override_a_terminal_state():
     pods = [pod("x", "worker", phase="Pending", conditions=[
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE}])]
     assert ray.status([done], pods).state is JobState.SUCCEEDED
+
+
+def test_suspended_before_any_condition_is_queued():
+    job = DLCJob(type="pytorch", image="img", command=["x"], roles={"worker": 2}, scheduling={"queue": "q"})
+    for backend in ("native", "jobset", "kubeflow", "trainer"):
+        b = get_backend(backend)
+        objects = [o for o in b.render(job, NAME) if o["kind"] == b.kind(job).kind]
+        s = b.status(objects)
+        assert (s.state, s.reason) == (JobState.QUEUED, "Suspended"), backend
+    rj = DLCJob(type="ray", image="img", command=["x"], scheduling={"queue": "q"})
+    assert ray.status(ray.render(rj, NAME)).state is JobState.QUEUED
