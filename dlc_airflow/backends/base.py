@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Iterable
 
 from dlc_airflow import naming
+# One ResourceKind for the whole package: the client builds REST paths from it.
+from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, SERVICE, ResourceKind
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition, parse_time
 
@@ -52,26 +53,6 @@ class BackendError(ValueError):
     """A job this backend cannot run (or an unknown backend); the message says what to use."""
 
 
-@dataclass(frozen=True)
-class ResourceKind:
-    """An API kind: what the client lists, watches and deletes."""
-
-    api_version: str  # "batch/v1", "kubeflow.org/v1", "v1"
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    def __str__(self) -> str:
-        return f"{self.kind}.{self.api_version}"
-
-
-JOB = ResourceKind("batch/v1", "Job", "jobs")
-SERVICE = ResourceKind("v1", "Service", "services")
-CONFIG_MAP = ResourceKind("v1", "ConfigMap", "configmaps")
 
 
 # Which backends can run which job types (by name); render() of each enforces its own part.

@@ -47,10 +47,10 @@ from dlc_airflow.backends.native import (
 )
 from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
 from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.kinds import JOBSET
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
-JOBSET = ResourceKind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets")
 # JobSet's webhook checks `<name>-<role>-<jobindex>-<podindex>-abcde` (a 5-character pod name
 # suffix) against the 63-character DNS label limit.
 _POD_SUFFIX = len("-abcde")

@@ -48,6 +48,7 @@ from dlc_airflow.backends.base import (
 from dlc_airflow.backends.native import hostfile_config_map, hostfile_path
 from dlc_airflow.backends.podspec import IndexSource, pod_template
 from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.kinds import MPI_JOB, PYTORCH_JOB, TF_JOB, XGBOOST_JOB
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
@@ -66,28 +67,28 @@ class Flavor:
 
 
 TORCH = Flavor(
-    ResourceKind(API_VERSION, "PyTorchJob", "pytorchjobs"),
+    PYTORCH_JOB,
     "pytorchReplicaSpecs",
     "pytorch",
     "pytorchjob-port",
     {"master": "Master", "worker": "Worker"},
 )
 TENSORFLOW = Flavor(
-    ResourceKind(API_VERSION, "TFJob", "tfjobs"),
+    TF_JOB,
     "tfReplicaSpecs",
     "tensorflow",
     "tfjob-port",
     {"chief": "Chief", "ps": "PS", "worker": "Worker", "evaluator": "Evaluator"},
 )
 MPI = Flavor(
-    ResourceKind(API_VERSION, "MPIJob", "mpijobs"),
+    MPI_JOB,
     "mpiReplicaSpecs",
     "mpi",
     None,
     {"launcher": "Launcher", "worker": "Worker"},
 )
 XGBOOST = Flavor(
-    ResourceKind(API_VERSION, "XGBoostJob", "xgboostjobs"),
+    XGBOOST_JOB,
     "xgbReplicaSpecs",
     "xgboost",
     "xgboostjob-port",

@@ -37,10 +37,10 @@ from dlc_airflow.backends.base import (
 )
 from dlc_airflow.backends.podspec import pod_template
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.kinds import RAY_JOB
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts
 
-RAY_JOB = ResourceKind("ray.io/v1", "RayJob", "rayjobs")
 HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "worker"

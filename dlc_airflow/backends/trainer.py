@@ -55,10 +55,10 @@ from dlc_airflow.backends.podspec import (
     storage_volumes,
 )
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.kinds import TRAIN_JOB
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
-TRAIN_JOB = ResourceKind("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs")
 RUNTIME_GROUP = "trainer.kubeflow.org"
 RUNTIME_KIND = "ClusterTrainingRuntime"
 PATCH_MANAGER = "dlc-airflow"

@@ -238,6 +238,8 @@ def test_kinds_and_primary():
         assert all("ownerReferences" not in o["metadata"] for o in objs)
     ray = get_backend("ray")
     assert ray.kind(make("ray")) == ResourceKind("ray.io/v1", "RayJob", "rayjobs")
+    # the client's kind (it builds REST paths from it)
+    assert native.kind(mpi).path("ml") == "/apis/batch/v1/namespaces/ml/jobs"
 
 
 def test_objects_share_no_dicts():
