@@ -1,1 +1,5 @@
 """Airflow sensors: `from dlc_airflow.sensors import DLCJobSensor`."""
+
+from dlc_airflow.sensors.job import DLCJobSensor
+
+__all__ = ["DLCJobSensor"]

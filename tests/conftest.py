@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
+
+# Airflow reads its configuration on import: give the test session an Airflow home of its
+# own (SQLite, no examples) before anything imports airflow.
+AIRFLOW_HOME = Path(os.environ.get("DLC_TEST_AIRFLOW_HOME") or tempfile.mkdtemp(prefix="dlc-airflow-home-"))
+os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(AIRFLOW_HOME / "dags"))
+os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{AIRFLOW_HOME}/airflow.db")
+os.environ.setdefault("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
+os.environ.setdefault("AIRFLOW__LOGGING__BASE_LOG_FOLDER", str(AIRFLOW_HOME / "logs"))
 
 # Imported before any test starts threads: CPython 3.11.7's ast.parse (used by pytest's
 # assertion rewriting on import) is not thread-safe, and a late import of hypothesis while

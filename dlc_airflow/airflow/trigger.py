@@ -1,0 +1,148 @@
+"""DLCJobTrigger: wait on a job in the triggerer.
+
+Every trigger of a triggerer process that waits on jobs in the same namespace of the same
+cluster shares one watch of the job kind and one of pods (dlc_airflow.k8s.watch): waiting
+costs the API server O(1) watches per namespace, whatever the number of jobs, and a
+finished job is seen as soon as its status reaches the watch. The trigger logs every state
+change (with the job's new pod log lines and Events) and, when the job is done, ends the
+task itself (TaskSuccessEvent / TaskFailedEvent carrying the XComs) so a finished job does
+not wait for a worker slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
+
+from dlc_airflow.k8s.runner import JobRef
+from dlc_airflow.progress import Progress
+
+LOCAL = "local"
+
+
+class DLCJobTrigger(BaseTrigger):
+    def __init__(self, *, ref: dict, conn_id: str = "kubernetes_default", namespace: str | None = None,
+                 local_root: str | None = None, deadline: float | None = None,
+                 queue_timeout: float | None = None, queued_since: float | None = None,
+                 stream_logs: bool = True, on_finish: str = "keep", end_from_trigger: bool = True,
+                 succeed_on: tuple[str, ...] = ("SUCCEEDED",)):
+        super().__init__()
+        self.ref = ref
+        self.conn_id = conn_id
+        self.namespace = namespace
+        self.local_root = local_root
+        self.deadline = deadline
+        self.queue_timeout = queue_timeout
+        self.queued_since = queued_since
+        self.stream_logs = stream_logs
+        self.on_finish = on_finish
+        self.end_from_trigger = end_from_trigger
+        self.succeed_on = tuple(succeed_on)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "ref": self.ref, "conn_id": self.conn_id, "namespace": self.namespace,
+            "local_root": self.local_root, "deadline": self.deadline, "queue_timeout": self.queue_timeout,
+            "queued_since": self.queued_since, "stream_logs": self.stream_logs, "on_finish": self.on_finish,
+            "end_from_trigger": self.end_from_trigger, "succeed_on": list(self.succeed_on),
+        })
+
+    async def _runner(self) -> Any:
+        from dlc_airflow.airflow.runners import make_runner
+
+        ref = JobRef.from_dict(self.ref)
+        extras = None
+        if ref.backend != LOCAL:
+            extras = await _connection_extras(self.conn_id)
+        namespace = self.namespace or ref.namespace
+        return await asyncio.to_thread(make_runner, ref.backend, self.conn_id, namespace,
+                                       extras=extras, local_root=self.local_root)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from dlc_airflow.airflow.waiting import LogCursor, job_result
+
+        ref = JobRef.from_dict(self.ref)
+        runner = await self._runner()
+        now = time.monotonic()
+        wall = time.time()
+        progress = Progress(
+            ref.name, now, queue_timeout=self.queue_timeout,
+            timeout=max(0.0, self.deadline - wall) if self.deadline else None,
+            queued_already=max(0.0, wall - self.queued_since) if self.queued_since else 0.0,
+        )
+        cursor = LogCursor()
+        loop = asyncio.get_running_loop()
+        updates: asyncio.Queue = asyncio.Queue()
+        follower = runner.follower(ref)
+        await asyncio.to_thread(follower.start, lambda s, p: loop.call_soon_threadsafe(updates.put_nowait, (s, p)))
+        self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.namespace)
+        pods: list[dict] = []
+        try:
+            while True:
+                now = time.monotonic()
+                changed = False
+                try:
+                    status, pods = await asyncio.wait_for(updates.get(), progress.next_wakeup(now, 60.0))
+                    batch = [(status, pods)]
+                    while not updates.empty():
+                        batch.append(updates.get_nowait())
+                    now = time.monotonic()
+                    for status, pods in batch:
+                        for line in progress.update(status, now):
+                            self.log.info("%s", line)
+                            changed = True
+                except TimeoutError:
+                    if line := progress.heartbeat(now):
+                        self.log.info("%s", line)
+                verdict = progress.verdict(now)
+                if self.stream_logs and (changed or verdict):
+                    await asyncio.to_thread(cursor.emit, runner, ref, self.log, pods or None)
+                if verdict is None:
+                    continue
+                if verdict.kind != "finished":
+                    self.log.error("%s; stopping the job", verdict.message)
+                    await asyncio.to_thread(runner.stop, ref)
+                outputs = await asyncio.to_thread(runner.outputs, ref, pods or None)
+                final = progress.last
+                result = job_result(ref, final, outputs)
+                ok = verdict.kind == "finished" and final.state.value in self.succeed_on
+                if self.on_finish == "delete" and verdict.kind == "finished":
+                    self.log.info("deleting job %s (on_finish='delete')", ref.name)
+                    await asyncio.to_thread(runner.stop, ref)
+                if ok:
+                    self.log.info("job %s succeeded", ref.name)
+                else:
+                    self.log.error("%s", verdict.message)
+                yield self._event(ref, result, ok, None if ok else verdict.message)
+                return
+        finally:
+            await asyncio.to_thread(follower.close)
+
+    def _event(self, ref: JobRef, result: dict, ok: bool, error: str | None) -> TriggerEvent:
+        if self.end_from_trigger:
+            if ok:
+                return TaskSuccessEvent(xcoms={"return_value": result})
+            return TaskFailedEvent(xcoms={"return_value": result})
+        return TriggerEvent({"ref": ref.to_dict(), "result": result, "error": error})
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task: stop its job (not on triggerer restarts)."""
+        ref = JobRef.from_dict(self.ref)
+        runner = await self._runner()
+        self.log.info("task killed while deferred: stopping job %s", ref.name)
+        await asyncio.to_thread(runner.stop, ref)
+
+
+async def _connection_extras(conn_id: str) -> dict:
+    """The connection's extras, read without blocking the triggerer's loop."""
+    from airflow.sdk.bases.hook import BaseHook
+
+    try:
+        conn = await BaseHook.aget_connection(conn_id)
+    except Exception:  # noqa: BLE001 - kubernetes_default may not exist: default config
+        return {}
+    return conn.extra_dejson

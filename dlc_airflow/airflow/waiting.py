@@ -1,0 +1,131 @@
+"""Waiting on a job: the in-process loop (worker, sensor) and what a finished wait returns.
+
+The trigger (trigger.py) runs the same steps asynchronously; both feed a Progress with the
+follower's status updates and stream the job's pod logs and Kubernetes Events into the
+task log, each line prefixed with its replica (`[worker-1] ...`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlc_airflow.k8s.runner import JobRef
+from dlc_airflow.progress import Progress, Verdict
+from dlc_airflow.status import JobStatus
+
+LOG_EVERY = 2.0  # seconds between log fetches while a job runs (sync waits)
+EVENTS_EVERY = 5.0
+
+
+@dataclass
+class LogCursor:
+    """Where the task log is in the job's pod logs and Events."""
+
+    positions: dict[str, Any] = field(default_factory=dict)
+    seen_events: set[str] = field(default_factory=set)
+
+    def emit(self, runner: Any, ref: JobRef, log: logging.Logger, pods: list[dict] | None,
+             events: bool = True) -> int:
+        """Log new pod log lines and Events; returns how many lines were logged."""
+        count = 0
+        try:
+            lines, self.positions = runner.logs(ref, self.positions, pods=pods)
+        except Exception as exc:  # noqa: BLE001 - logs are best effort; the wait goes on
+            log.debug("could not read logs of %s: %s", ref.name, exc)
+            lines = []
+        for replica, line in lines:
+            log.info("[%s] %s", replica, line)
+            count += 1
+        if events:
+            try:
+                new = runner.events(ref, self.seen_events)
+            except Exception as exc:  # noqa: BLE001
+                log.debug("could not read events of %s: %s", ref.name, exc)
+                new = []
+            for event in sorted(new, key=_event_time):
+                self.seen_events.add(event["metadata"]["uid"])
+                log.log(logging.WARNING if event.get("type") == "Warning" else logging.INFO,
+                        "[event] %s", describe_event(event))
+                count += 1
+        return count
+
+
+def describe_event(event: dict) -> str:
+    obj = event.get("involvedObject", {})
+    return f"{obj.get('kind', '?')} {obj.get('name', '?')}: {event.get('reason', '')}: {event.get('message', '').strip()}"
+
+
+def _event_time(event: dict) -> str:
+    return event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or ""
+
+
+def wait_sync(runner: Any, ref: JobRef, log: logging.Logger, *, queue_timeout: float | None,
+              timeout: float | None, stream_logs: bool, cancel: threading.Event | None = None) -> tuple[Verdict, list[dict]]:
+    """Follow the job until a verdict; logs progress (and the job's logs) on the way."""
+    progress = Progress(ref.name, time.monotonic(), queue_timeout=queue_timeout, timeout=timeout)
+    cursor = LogCursor()
+    updates: list[tuple[JobStatus, list[dict]]] = []
+    arrived = threading.Condition()
+
+    def on_status(status: JobStatus, pods: list[dict]) -> None:
+        with arrived:
+            updates.append((status, pods))
+            arrived.notify()
+
+    follower = runner.follower(ref)
+    follower.start(on_status)
+    pods: list[dict] = []
+    last_logs = last_events = 0.0
+    try:
+        while True:
+            now = time.monotonic()
+            with arrived:
+                if not updates:
+                    arrived.wait(progress.next_wakeup(now, LOG_EVERY if stream_logs else 30.0))
+                batch, updates[:] = list(updates), []
+            now = time.monotonic()
+            changed = False
+            for status, pods in batch:
+                for line in progress.update(status, now):
+                    log.info("%s", line)
+                    changed = True
+            if not batch and (line := progress.heartbeat(now)):
+                log.info("%s", line)
+            verdict = progress.verdict(now)
+            if stream_logs and (changed or verdict or now - last_logs >= LOG_EVERY):
+                with_events = changed or verdict is not None or now - last_events >= EVENTS_EVERY
+                cursor.emit(runner, ref, log, pods or None, events=with_events)
+                last_logs = now
+                last_events = now if with_events else last_events
+            if verdict:
+                return verdict, pods
+            if cancel is not None and cancel.is_set():
+                raise InterruptedError(f"wait on job {ref.name} cancelled")
+    finally:
+        follower.close()
+
+
+def job_result(ref: JobRef, status: JobStatus, outputs: dict | None) -> dict[str, Any]:
+    """What a finished task returns (its XCom): where the job ran, how it went, what it reported."""
+    durations = status.durations()
+    outputs = outputs or {}
+    return {
+        "job_name": ref.name,
+        "namespace": ref.namespace,
+        "backend": ref.backend,
+        "uid": ref.uid,
+        "attempt": ref.attempt,
+        "state": status.state.value,
+        "reason": status.reason,
+        "message": status.message,
+        "restarts": status.restarts,
+        "queued_seconds": durations["queued_seconds"],
+        "running_seconds": durations["running_seconds"],
+        "roles": {role: counts.model_dump() for role, counts in status.roles.items()},
+        "metrics": outputs.get("metrics", {}),
+        "outputs": outputs.get("outputs", {}),
+    }

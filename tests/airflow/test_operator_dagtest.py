@@ -1,0 +1,123 @@
+"""DLCJobOperator end to end with real Airflow (dag.test) on the real control plane.
+
+dag.test runs tasks in this process and a deferred task's trigger inline, then resumes it:
+both the sync and the deferrable path run for real against the API server, as the
+restricted identity. Pods run on kwok nodes for the time in their annotation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dlc_airflow.k8s.kinds import JOB, POD, SERVICE
+from dlc_airflow.naming import MANAGED_BY
+from dlc_airflow.spec import DLCJob
+
+RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
+CHAOS = "pod-container-running-failed.stage.kwok.x-k8s.io"
+
+
+def training_job(run_for: str = "2s", **overrides) -> DLCJob:
+    spec = dict(type="pytorch", image="registry.local/train:1", command=["python", "train.py"],
+                roles={"master": 1, "worker": 2}, annotations={RUN_FOR: run_for})
+    spec.update(overrides)
+    return DLCJob(**spec)
+
+
+def run_dag(dag_files, conn_id: str, job: DLCJob, **op_kwargs):
+    dag = dag_files.operator_dag(conn_id=conn_id, backend="native", job=job.to_dict(), **op_kwargs)
+    dag_run = dag.test()
+    return dag_run, dag_run.get_task_instance("train")
+
+
+def xcom(ti, key="return_value"):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(XComModel).filter_by(dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
+                                                 key=key).one_or_none()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def managed(kube, kind):
+    return kube.list(kind, labels={MANAGED_BY: "dlc-airflow"})[0]
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_success(kube, k8s_conn, dag_files, deferrable):
+    from dlc_airflow.k8s.watch import REGISTRY
+
+    dag_run, ti = run_dag(dag_files, k8s_conn, training_job(), deferrable=deferrable)
+    assert ti.state == "success", ti.state
+    result = xcom(ti)
+    assert result["state"] == "SUCCEEDED" and result["namespace"] == kube.namespace
+    assert result["roles"]["master"]["succeeded"] == 1 and result["roles"]["worker"]["succeeded"] == 2
+    assert result["running_seconds"] is not None
+    jobs = managed(kube, JOB)
+    assert {j["metadata"]["name"] for j in jobs} == {f"{result['job_name']}-master", f"{result['job_name']}-worker"}
+    assert kube.get(SERVICE, result["job_name"]) is not None
+    for job in jobs:
+        labels = job["metadata"]["labels"]
+        assert labels["dlc-airflow/dag-id"] == dag_run.dag_id and labels["dlc-airflow/task-id"] == "train"
+    if deferrable:  # the trigger ran in this process and waited through a shared watch
+        assert any(key[1] == kube.namespace for key in REGISTRY.watches())
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_user_code_failure_fails_the_task_with_the_exit_code(kube, k8s_conn, dag_files, deferrable, capfd):
+    job = training_job(labels={CHAOS: "true"},
+                       annotations={f"{CHAOS}/exit-code": "3", f"{CHAOS}/delay": "1s"},
+                       fault_tolerance={"retryable_exit_codes": [1], "max_restarts": 2})
+    _, ti = run_dag(dag_files, k8s_conn, job, deferrable=deferrable)
+    assert ti.state == "failed"
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert "PodFailurePolicy" in text and "exit code 3" in text
+    # nothing is restarted for a non-retryable exit code
+    assert all(j["status"].get("failed", 0) <= 3 for j in managed(kube, JOB))
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_timeout_stops_the_job(kube, k8s_conn, dag_files, deferrable, capfd):
+    _, ti = run_dag(dag_files, k8s_conn, training_job(run_for="600s"), deferrable=deferrable, timeout=4)
+    assert ti.state == "failed"
+    assert "did not finish within timeout" in "".join(capfd.readouterr())
+    assert managed(kube, JOB) == []  # stopped: nothing left running
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_queue_timeout_fails_with_the_schedulers_reason(kube, k8s_conn, dag_files, deferrable, capfd):
+    job = training_job(resources={"gpu": 64}, roles={"worker": 1})
+    _, ti = run_dag(dag_files, k8s_conn, job, deferrable=deferrable, queue_timeout=5)
+    assert ti.state == "failed"
+    text = "".join(capfd.readouterr())
+    assert "was not scheduled within queue_timeout" in text
+    assert "Insufficient nvidia.com/gpu" in text
+    assert managed(kube, JOB) == [] and managed(kube, POD) == []
+
+
+def test_logs_and_outputs_reach_the_task(kube, admin, k8s_conn, dag_files, capfd, tmp_path):
+    """Pod logs stream into the task log with replica prefixes; the termination message the
+    runtime writes becomes the XCom's metrics/outputs."""
+    message = '{"metrics": {"loss": 0.25}, "outputs": {"checkpoint": "s3://b/ckpt/step-9"}}'
+    job = training_job(run_for="6s", roles={"worker": 1},
+                       annotations={RUN_FOR: "6s", "pod-complete.stage.kwok.x-k8s.io/message": message})
+    log_file = tmp_path / "train.log"
+    log_file.write_text("2026-12-02T10:00:00.000000000Z stdout F epoch 1 loss 0.5\n")
+    # Every pod of this namespace logs from log_file (kwok ClusterLogs by namespace).
+    admin.request("POST", "/apis/kwok.x-k8s.io/v1alpha1/clusterlogs", body={
+        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
+        "metadata": {"name": f"logs-{kube.namespace}"},
+        "spec": {"selector": {"matchNamespaces": [kube.namespace]},
+                 "logs": [{"containers": [], "logsFile": str(log_file), "follow": False}]}})
+    try:
+        _, ti = run_dag(dag_files, k8s_conn, job, deferrable=False)
+    finally:
+        admin.request("DELETE", f"/apis/kwok.x-k8s.io/v1alpha1/clusterlogs/logs-{kube.namespace}")
+    assert ti.state == "success"
+    assert "[worker-0] epoch 1 loss 0.5" in "".join(capfd.readouterr())
+    result = xcom(ti)
+    assert result["metrics"] == {"loss": 0.25}
+    assert result["outputs"] == {"checkpoint": "s3://b/ckpt/step-9"}
+
