@@ -31,6 +31,7 @@ class Faults:
     drop_share: float = 0.0  # share of requests whose connection is closed unanswered
     delay: float = 0.0  # seconds added before forwarding
     only_watches: bool = False  # inject only into watch requests
+    gone_share: float = 0.0  # share of watch requests answered "410 Gone" (resourceVersion expired)
 
 
 class FaultProxy:
@@ -43,6 +44,7 @@ class FaultProxy:
         self.requests = 0
         self.injected = 0
         self.dropped = 0
+        self.gone = 0
         self._writers: set[asyncio.StreamWriter] = set()
         self._dir = tempfile.TemporaryDirectory(prefix="faultproxy-")
         self.ca_file, cert, key = _make_certs(Path(self._dir.name))
@@ -109,6 +111,13 @@ class FaultProxy:
                 self.dropped += 1
                 writer.transport.abort()
                 return
+            if "watch=true" in request_line and self.rng.random() < f.gone_share:
+                # what the API server sends for a too-old resourceVersion: a 200 whose first
+                # watch event is an ERROR carrying a 410 Status
+                self.gone += 1
+                writer.write(_gone_response())
+                await writer.drain()
+                return
             if eligible and self.rng.random() < f.error_share:
                 self.injected += 1
                 writer.write(_error_response(f.error_status))
@@ -160,6 +169,15 @@ def _error_response(status: int) -> bytes:
     extra = "Retry-After: 1\r\n" if status == 429 else ""
     return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{extra}"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+def _gone_response() -> bytes:
+    event = json.dumps({"type": "ERROR", "object": {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "too old resource version (injected by faultproxy)", "reason": "Expired", "code": 410}})
+    body = (event + "\n").encode()
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode() + body
 
 
 def _insecure() -> ssl.SSLContext:

@@ -1,0 +1,99 @@
+"""Idempotent submission against the real API server: adopt, complete a half-made job,
+refuse another task's objects, and roll back a refused submission."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, SERVICE, kind_of
+from dlc_airflow.k8s.runner import KubeRunner, OwnershipError, SubmitError
+from dlc_airflow.naming import MANAGED_BY, TaskIdentity, job_name
+from dlc_airflow.spec import DLCJob
+
+
+def mpi_job() -> DLCJob:
+    # four objects: launcher Job, Service, hostfile ConfigMap, worker Job
+    return DLCJob(type="mpi", image="registry.local/mpi:1", command=["mpirun", "app"],
+                  roles={"launcher": 1, "worker": 2},
+                  annotations={"pod-complete.stage.kwok.x-k8s.io/delay": "600s"})
+
+
+def identity() -> TaskIdentity:
+    return TaskIdentity("dag", "task", f"run-{uuid.uuid4().hex[:6]}")
+
+
+def managed(kube, kind):
+    return kube.list(kind, labels={MANAGED_BY: "dlc-airflow"})[0]
+
+
+def test_second_submit_adopts(kube):
+    runner = KubeRunner(kube, get_backend("native"))
+    ident = identity()
+    name = job_name("mpi", ident, 1)
+    first, created = runner.submit(mpi_job(), name, ident, 1)
+    again, created_again = runner.submit(mpi_job(), name, ident, 1)
+    assert created and not created_again
+    assert first.uid and again.uid == first.uid
+    assert len(managed(kube, JOB)) == 2 and len(managed(kube, SERVICE)) == 1
+    assert [r.name for r in runner.find(ident, JOB)] == [name]
+
+
+def test_half_made_job_is_completed_by_the_next_submit(kube):
+    """A worker that died after creating the first object: the retry adopts it and creates the rest."""
+    runner = KubeRunner(kube, get_backend("native"))
+    ident = identity()
+    name = job_name("mpi", ident, 1)
+    objects = get_backend("native").render(mpi_job(), name, ident, 1)
+    primary = kube.create(objects[0])
+    ref, created = runner.submit(mpi_job(), name, ident, 1)
+    assert created  # the missing objects were created
+    assert ref.uid == primary["metadata"]["uid"]
+    for obj in objects[1:]:
+        made = kube.get(kind_of(obj), obj["metadata"]["name"])
+        assert made["metadata"]["ownerReferences"][0]["uid"] == primary["metadata"]["uid"]
+
+
+def test_objects_of_another_task_are_never_adopted(kube):
+    runner = KubeRunner(kube, get_backend("native"))
+    mine, theirs = identity(), identity()
+    name = job_name("mpi", mine, 1)
+    runner.submit(mpi_job(), name, theirs, 1)  # same name, another task instance
+    before = {o["metadata"]["uid"] for o in managed(kube, JOB)}
+    with pytest.raises(OwnershipError, match="belongs to another task"):
+        runner.submit(mpi_job(), name, mine, 1)
+    assert {o["metadata"]["uid"] for o in managed(kube, JOB)} == before
+
+
+def test_refused_submission_leaves_nothing_behind(kube):
+    class BrokenLast:
+        """The native backend, but its last object is one the API server refuses."""
+
+        def __init__(self):
+            self.inner = get_backend("native")
+            self.name = "native"
+
+        def render(self, *args, **kwargs):
+            objects = self.inner.render(*args, **kwargs)
+            objects[-1]["spec"]["parallelism"] = -1  # invalid: the server says which field
+            return objects
+
+        def __getattr__(self, item):
+            return getattr(self.inner, item)
+
+    runner = KubeRunner(kube, BrokenLast())
+    ident = identity()
+    with pytest.raises(SubmitError, match="parallelism"):
+        runner.submit(mpi_job(), job_name("mpi", ident, 1), ident, 1)
+    assert managed(kube, JOB) == [] and managed(kube, SERVICE) == [] and managed(kube, CONFIG_MAP) == []
+
+
+def test_stop_deletes_every_object(kube):
+    runner = KubeRunner(kube, get_backend("native"))
+    ident = identity()
+    ref, _ = runner.submit(mpi_job(), job_name("mpi", ident, 1), ident, 1)
+    assert runner.stop(ref) == 4
+    assert managed(kube, JOB) == [] and managed(kube, SERVICE) == [] and managed(kube, CONFIG_MAP) == []
+    assert runner.stop(ref) == 0  # idempotent
