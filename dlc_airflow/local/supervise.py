@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -54,6 +55,15 @@ def now() -> datetime:
 def exit_code(returncode: int) -> int:
     """A container-style exit code: killed by signal N is 128+N."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def interpreter_path(path: str | None) -> str:
+    """PATH with the supervisor's interpreter's folder first, as if its virtualenv were
+    activated: `python`, `torchrun` and `dlc-airflow` in a job's command are what the image
+    would provide on a cluster, and locally that is the environment Airflow runs in."""
+    folder = os.path.dirname(sys.executable)
+    parts = [p for p in (path or os.defpath).split(os.pathsep) if p and p != folder]
+    return os.pathsep.join([folder, *parts]) if folder else os.pathsep.join(parts)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES, limit: int = 4096) -> str:
@@ -209,6 +219,7 @@ class Supervisor:
             k: v for k, v in os.environ.items()
             if k not in _WIRING_NAMES and not k.startswith(_WIRING_PREFIXES)
         }
+        inherited["PATH"] = interpreter_path(inherited.get("PATH"))
         # Ray: only the head runs locally (ray.init() starts the local cluster).
         roles = ["head"] if job.type == JobType.ray else ordered_roles(job.roles)
         for role in roles:

@@ -1,0 +1,225 @@
+"""The pipeline's own small tasks: resolve the lineage, record the result, gate the model.
+
+Each reads and writes the lineage manifest (dlc_airflow.pipelines.store) and returns a
+small dict (its XCom) that later tasks template into job specs:
+
+- LineageOperator: the predecessor this interval resumes from; marks the interval running.
+- CommitOperator (trigger rule all_done): the training task's result -> succeeded (with
+  its checkpoint and metrics) or failed in the manifest; fails itself when training did.
+- PromoteOperator: the evaluation gate; moves the `promoted` pointer when the metric passes
+  and says which model inference runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from dlc_airflow.pipelines import lineage as lin
+from dlc_airflow.pipelines.layout import Layout
+from dlc_airflow.pipelines.store import ManifestStore
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["LineageOperator", "CommitOperator", "PromoteOperator", "context_interval"]
+
+
+def context_interval(context: Context) -> lin.Interval:
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        raise AirflowFailException(
+            "this run has no data interval: a retraining pipeline needs a data-interval schedule "
+            "(dlc_airflow.pipelines.retraining_dag, or CronDataIntervalTimetable / DeltaDataIntervalTimetable) "
+            "and a logical date for manual runs"
+        )
+    try:
+        return lin.Interval(start, end)
+    except lin.LineageError as exc:
+        raise AirflowFailException(str(exc)) from None
+
+
+class _LineageTask(BaseOperator):
+    ui_color = "#e8f2e1"
+
+    def __init__(self, *, storage_root: str, lineage: str, mount_path: str | None = None,
+                 storage_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.storage_root = storage_root
+        self.lineage = lineage
+        self.mount_path = mount_path
+        self.storage_conn_id = storage_conn_id
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.storage_root, self.lineage, self.mount_path)
+
+    @property
+    def store(self) -> ManifestStore:
+        return ManifestStore(self.layout.manifest, self.lineage, conn_id=self.storage_conn_id)
+
+
+class LineageOperator(_LineageTask):
+    """Resolve what this interval resumes from and mark it running (a new attempt)."""
+
+    def __init__(self, *, on_unfinished: str = "block", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if on_unfinished not in ("block", "skip"):
+            raise ValueError(f"{self.task_id}: on_unfinished must be 'block' or 'skip', not {on_unfinished!r}")
+        self.on_unfinished = on_unfinished
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        interval = context_interval(context)
+        layout, run_id = self.layout, context["run_id"]
+        found: dict[str, Any] = {}
+
+        def begin(manifest: dict) -> dict:
+            predecessor = lin.resolve_predecessor(manifest, interval, on_unfinished=self.on_unfinished)
+            found["predecessor"] = predecessor
+            return lin.begin_attempt(manifest, interval, run_id=run_id, predecessor=predecessor)
+
+        try:
+            manifest = self.store.update(begin)
+        except lin.LineageBlocked as exc:
+            raise AirflowFailException(str(exc)) from None
+        except lin.LineageError as exc:
+            raise AirflowFailException(str(exc)) from None
+        entry = manifest["intervals"][interval.key]
+        predecessor = found["predecessor"]
+        if predecessor:
+            self.log.info("interval %s (attempt %d) resumes from interval %s: %s", interval.key, entry["attempt"],
+                          predecessor[0], predecessor[1]["checkpoint"])
+        else:
+            self.log.info("interval %s (attempt %d) starts from scratch: no successful interval before it",
+                          interval.key, entry["attempt"])
+        return {
+            "interval": interval.key,
+            "start": interval.start.isoformat(),
+            "end": interval.end.isoformat(),
+            "attempt": entry["attempt"],
+            "resumed_from": predecessor[0] if predecessor else None,
+            "resume_from": predecessor[1]["checkpoint"] if predecessor else "",
+            "data_uri": layout.data(interval),
+            "checkpoint_uri": layout.checkpoints(interval),
+            "predictions_uri": layout.predictions(interval),
+            "manifest": layout.manifest,
+        }
+
+
+class CommitOperator(_LineageTask):
+    """Record the training task's result in the manifest (runs whatever training did)."""
+
+    template_fields: Sequence[str] = ()
+
+    def __init__(self, *, lineage_task_id: str, train_task_id: str, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        self.lineage_task_id = lineage_task_id
+        self.train_task_id = train_task_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        interval = context_interval(context)
+        ti = context["ti"]
+        begun = ti.xcom_pull(task_ids=self.lineage_task_id)
+        if not begun or begun.get("interval") != interval.key:
+            # The lineage step did not run (blocked, failed): this run never began an
+            # attempt, so there is nothing of ours to record.
+            raise AirflowFailException(
+                f"interval {interval.key}: the lineage step {self.lineage_task_id} did not succeed, so "
+                "training did not run; see that task's log"
+            )
+        result = ti.xcom_pull(task_ids=self.train_task_id) or {}
+        ok = result.get("state") == "SUCCEEDED"
+        checkpoint = (result.get("outputs") or {}).get("checkpoint")
+        metrics = result.get("metrics") or {}
+        error = None
+        if not ok:
+            error = (f"training task {self.train_task_id} did not succeed"
+                     + (f": job {result.get('job_name')} {result.get('state')} {result.get('reason') or ''}".rstrip()
+                        if result else ""))
+        elif not checkpoint:
+            ok = False
+            error = (f"training job {result.get('job_name')} succeeded but reported no 'checkpoint' output: save "
+                     "the model with dlc_airflow.runtime.save_checkpoint (it reports one) or report_output('checkpoint', uri)")
+        attempt = begun.get("attempt")
+
+        def finish(manifest: dict) -> dict:
+            entry = manifest["intervals"].get(interval.key)
+            if entry is None or entry.get("attempt") != attempt:
+                raise lin.LineageError(
+                    f"interval {interval.key}: the manifest holds attempt "
+                    f"{entry.get('attempt') if entry else None}, not this run's attempt {attempt}; "
+                    "another run of this interval wrote it since: clear this run to try again"
+                )
+            return lin.finish_attempt(manifest, interval, status=lin.SUCCEEDED if ok else lin.FAILED,
+                                      checkpoint=checkpoint if ok else None, metrics=metrics, error=error)
+
+        try:
+            self.store.update(finish)
+        except lin.LineageError as exc:
+            raise AirflowFailException(str(exc)) from None
+        if not ok:
+            raise AirflowFailException(
+                f"interval {interval.key} recorded as failed in {self.layout.manifest}: {error}. Later intervals "
+                f"wait for it: fix the cause and clear this run"
+            )
+        self.log.info("interval %s succeeded: checkpoint %s, metrics %s", interval.key, checkpoint, metrics)
+        return {"interval": interval.key, "checkpoint": checkpoint, "model_uri": checkpoint, "metrics": metrics,
+                "resumed_from": begun.get("resumed_from"), "attempt": attempt}
+
+
+class PromoteOperator(_LineageTask):
+    """The evaluation gate: promote this interval's model when its metric passes.
+
+    Inference then runs on this interval's model if it passed, else on the newest model
+    promoted from data up to this interval; with no such model it is skipped.
+    """
+
+    def __init__(self, *, commit_task_id: str, metric: str, threshold: float, mode: str = "max",
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commit_task_id = commit_task_id
+        self.gate = lin.Gate(metric, threshold, mode)  # validates
+        self.metric, self.threshold, self.mode = metric, threshold, mode
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        interval = context_interval(context)
+        committed = context["ti"].xcom_pull(task_ids=self.commit_task_id)
+        if not committed:
+            raise AirflowFailException(f"interval {interval.key}: no result from {self.commit_task_id}")
+        metrics = committed.get("metrics") or {}
+        decided: dict[str, Any] = {}
+
+        def gate(manifest: dict) -> dict:
+            passes, move, why = lin.decide_promotion(manifest, interval, metrics, self.gate)
+            decided.update(passes=passes, move=move, why=why)
+            if move:
+                return lin.promote(manifest, interval, metric=self.metric, value=metrics.get(self.metric),
+                                   run_id=context["run_id"])
+            decided["fallback"] = lin.promoted_as_of(manifest, interval)
+            return manifest
+
+        try:
+            self.store.update(gate)
+        except lin.LineageError as exc:
+            raise AirflowFailException(str(exc)) from None
+        value = metrics.get(self.metric)
+        if decided["passes"]:
+            self.log.info("interval %s: %s%s", interval.key, decided["why"],
+                          "; promoted" if decided["move"] else "")
+            return {"promoted": decided["move"], "passed": True, "model_uri": committed["checkpoint"],
+                    "model_interval": interval.key, "metric": self.metric, "value": value, "reason": decided["why"]}
+        fallback = decided.get("fallback")
+        if fallback is None:
+            raise AirflowSkipException(
+                f"interval {interval.key}: not promoted ({decided['why']}) and no earlier model was promoted: "
+                "inference is skipped"
+            )
+        self.log.warning("interval %s: not promoted (%s); inference runs the model of interval %s",
+                         interval.key, decided["why"], fallback["interval"])
+        return {"promoted": False, "passed": False, "model_uri": fallback["checkpoint"],
+                "model_interval": fallback["interval"], "metric": self.metric, "value": value,
+                "reason": decided["why"]}
