@@ -32,6 +32,8 @@ class Faults:
     delay: float = 0.0  # seconds added before forwarding
     only_watches: bool = False  # inject only into watch requests
     gone_share: float = 0.0  # share of watch requests answered "410 Gone" (resourceVersion expired)
+    response_delay: float = 0.0  # seconds the upstream's answer is held back (the request went through)
+    methods: tuple[str, ...] = ()  # only requests with these methods are faulted (empty: all)
 
 
 class FaultProxy:
@@ -106,7 +108,8 @@ class FaultProxy:
             body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
             self.requests += 1
             f = self.faults
-            eligible = not f.only_watches or "watch=true" in request_line
+            method = request_line.split(" ", 1)[0]
+            eligible = (not f.only_watches or "watch=true" in request_line) and (not f.methods or method in f.methods)
             if eligible and self.rng.random() < f.drop_share:
                 self.dropped += 1
                 writer.transport.abort()
@@ -123,22 +126,25 @@ class FaultProxy:
                 writer.write(_error_response(f.error_status))
                 await writer.drain()
                 return
-            if f.delay:
+            if eligible and f.delay:
                 await asyncio.sleep(f.delay)
-            await self._forward(head, body, writer)
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, asyncio.LimitOverrunError):
+            await self._forward(head, body, writer, f.response_delay if eligible else 0.0)
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, asyncio.LimitOverrunError,
+                asyncio.CancelledError):
             pass
         finally:
             self._writers.discard(writer)
             writer.close()
 
-    async def _forward(self, head: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+    async def _forward(self, head: bytes, body: bytes, writer: asyncio.StreamWriter, hold: float = 0.0) -> None:
         up_reader, up_writer = await asyncio.open_connection(
             self.upstream_host, self.upstream_port, ssl=self.upstream_ctx,
             server_hostname=self.upstream_host)
         try:
             up_writer.write(_force_close(head) + body)
             await up_writer.drain()
+            if hold:
+                await asyncio.sleep(hold)
             while chunk := await up_reader.read(65536):
                 writer.write(chunk)
                 await writer.drain()
