@@ -6,7 +6,15 @@ on the cluster of the Airflow connection `dlc_cluster` (a cncf.kubernetes connec
 kubeconfig path or in-cluster). See retraining/__init__.py for what the nodes must see.
 """
 
+import os
+import sys
 from datetime import timedelta
+
+# retraining/ (the job specs and code) sits beside this file; Airflow puts the dags folder on
+# sys.path, a DagBag over another folder does not.
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
 from retraining import START, digits_jobs, storage_root
 

@@ -5,7 +5,15 @@ The data is preprocessed once (the arrivals of the first three days); every mapp
 trains from scratch into a checkpoint folder of its own.
 """
 
+import os
+import sys
 from datetime import datetime, timezone
+
+# retraining/ (the job specs and code) sits beside this file; Airflow puts the dags folder on
+# sys.path, a DagBag over another folder does not.
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
 from retraining import START, digits_jobs, storage_root
 
