@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,24 @@ def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: di
     hook = DLCHook(conn_id, namespace=namespace, extras=extras)
     client = hook.get_client()
     return KubeRunner(client, get_backend(backend), client.namespace, cluster_key=hook.cluster_key())
+
+
+_shared: dict[tuple, Any] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_runner(backend: str, conn_id: str, namespace: str | None, *, extras: dict | None = None,
+                  local_root: str | None = None) -> Any:
+    """make_runner, reused by every trigger of a triggerer process with the same connection
+    settings: one API client (and connection pool) per cluster, not one per waiting job."""
+    key = (backend, conn_id, namespace, local_root, repr(sorted((extras or {}).items())))
+    with _shared_lock:
+        runner = _shared.get(key)
+    if runner is None:
+        runner = make_runner(backend, conn_id, namespace, extras=extras, local_root=local_root)
+        with _shared_lock:
+            runner = _shared.setdefault(key, runner)
+    return runner
 
 
 class LocalJobRunner:
@@ -135,7 +152,3 @@ class LocalFollower:
         self._stop.set()
         if self._thread:
             self._thread.join(2)
-
-
-def wall_clock() -> float:
-    return time.time()

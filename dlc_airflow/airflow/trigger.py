@@ -52,14 +52,14 @@ class DLCJobTrigger(BaseTrigger):
         })
 
     async def _runner(self) -> Any:
-        from dlc_airflow.airflow.runners import make_runner
+        from dlc_airflow.airflow.runners import shared_runner
 
         ref = JobRef.from_dict(self.ref)
         extras = None
         if ref.backend != LOCAL:
             extras = await _connection_extras(self.conn_id)
         namespace = self.namespace or ref.namespace
-        return await asyncio.to_thread(make_runner, ref.backend, self.conn_id, namespace,
+        return await asyncio.to_thread(shared_runner, ref.backend, self.conn_id, namespace,
                                        extras=extras, local_root=self.local_root)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -19,6 +19,9 @@ from dlc_airflow.status import JobStatus
 
 LOG_EVERY = 2.0  # seconds between log fetches while a job runs (sync waits)
 EVENTS_EVERY = 5.0
+# Logs of at most this many replicas go to the task log (rank 0 first; failed pods always):
+# 64 interleaved worker logs help nobody and cost a request each.
+LOG_REPLICAS = 4
 
 
 @dataclass
@@ -33,7 +36,7 @@ class LogCursor:
         """Log new pod log lines and Events; returns how many lines were logged."""
         count = 0
         try:
-            lines, self.positions = runner.logs(ref, self.positions, pods=pods)
+            lines, self.positions = runner.logs(ref, self.positions, pods=log_pods(pods))
         except Exception as exc:  # noqa: BLE001 - logs are best effort; the wait goes on
             log.debug("could not read logs of %s: %s", ref.name, exc)
             lines = []
@@ -52,6 +55,17 @@ class LogCursor:
                         "[event] %s", describe_event(event))
                 count += 1
         return count
+
+
+def log_pods(pods: list[dict] | None) -> list[dict] | None:
+    """The pods whose logs are streamed: the first LOG_REPLICAS by replica, and failed ones."""
+    if not pods:
+        return pods
+    from dlc_airflow.k8s.runner import replica_order
+
+    ranked = sorted(pods, key=replica_order)
+    failed = [p for p in ranked[LOG_REPLICAS:] if p.get("status", {}).get("phase") == "Failed"]
+    return ranked[:LOG_REPLICAS] + failed
 
 
 def describe_event(event: dict) -> str:

@@ -240,6 +240,12 @@ def replica_name(pod: dict) -> str:
     return f"{role.lower()}-{index}" if index is not None else meta.get("name", role)
 
 
+def replica_order(pod: dict) -> tuple[int, int, str]:
+    """Coordinator replicas first, then by index: rank 0 is the first pod."""
+    coordinator, index = _rank_key(pod)
+    return (-coordinator, -index, replica_name(pod))
+
+
 def _rank_key(pod: dict) -> tuple[int, int]:
     role = pod.get("metadata", {}).get("labels", {}).get(LABEL_ROLE, "")
     index = int(pod.get("metadata", {}).get("annotations", {}).get(COMPLETION_INDEX, "0") or 0)
