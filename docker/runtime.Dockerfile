@@ -17,6 +17,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # torch first, in its own layer: it is large and changes far less often than our code.
 RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
 
+# numpy and scikit-learn: the reference pipeline's jobs (dags/retraining/jobs) read the digits
+# data set scikit-learn ships, so the image runs them with no download.
+ARG SKLEARN_VERSION=1.9.1
+RUN pip install --no-cache-dir "scikit-learn==${SKLEARN_VERSION}"
+
 # Only what the package build needs (docker/runtime.Dockerfile.dockerignore keeps the context small).
 WORKDIR /src
 COPY pyproject.toml README.md ./

@@ -9,7 +9,9 @@ submitted the job (deferral, a worker restart, a retry that adopts the job). It:
 2. gives every replica os.environ + exactly the wiring the cluster backends inject
    (dlc_airflow.wiring.replica_env with host 127.0.0.1 and those ports), plus
    JOB_COMPLETION_INDEX and DLC_OUTPUT_FILE=<jobdir>/outputs/<role>-<i>.json; wiring
-   variables inherited from the submitting process are dropped first;
+   variables inherited from the submitting process are dropped first, and the folder of the
+   interpreter running Airflow goes first on PATH (as if its virtualenv were activated), so
+   `python` in a job's command is the environment's, as the image's would be on a cluster;
 3. runs each replica in its own process group: health_check.command once, then the
    main command, stdout+stderr appended to logs/<role>-<i>.log;
 4. applies fault tolerance as the native backend does per index: a replica that exits
