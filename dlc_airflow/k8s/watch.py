@@ -236,6 +236,14 @@ class WatchRegistry:
             watch = self._watches.get(key)
             if watch is not None and watch.waiting() == 0:
                 self._idle_since[key] = time.monotonic()
+                # reap it after the linger time even if nobody calls get/release again
+                timer = threading.Timer(self.linger + 0.1, self._reap_locked)
+                timer.daemon = True
+                timer.start()
+            self._reap()
+
+    def _reap_locked(self) -> None:
+        with self._lock:
             self._reap()
 
     def _reap(self) -> None:

@@ -7,6 +7,8 @@ restricted identity. Pods run on kwok nodes for the time in their annotation.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from dlc_airflow.k8s.kinds import JOB, POD, SERVICE
@@ -38,6 +40,13 @@ def xcom(ti, key="return_value"):
         row = session.query(XComModel).filter_by(dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
                                                  key=key).one_or_none()
         return None if row is None else XComModel.deserialize_value(row)
+
+
+def wait_until(predicate, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
 
 
 def managed(kube, kind):
@@ -94,7 +103,8 @@ def test_queue_timeout_fails_with_the_schedulers_reason(kube, k8s_conn, dag_file
     text = "".join(capfd.readouterr())
     assert "was not scheduled within queue_timeout" in text
     assert "Insufficient nvidia.com/gpu" in text
-    assert managed(kube, JOB) == [] and managed(kube, POD) == []
+    assert managed(kube, JOB) == []
+    wait_until(lambda: managed(kube, POD) == [], "the garbage collector to delete the pods")
 
 
 def test_logs_and_outputs_reach_the_task(kube, admin, k8s_conn, dag_files, capfd, tmp_path):
