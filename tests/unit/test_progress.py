@@ -64,4 +64,6 @@ def test_heartbeat_on_long_quiet_waits_and_next_wakeup():
     assert p.heartbeat(30.0) is None
     assert "still RUNNING" in p.heartbeat(61.0) and "after 3m20s" in p.heartbeat(200.0)
     assert p.next_wakeup(200.0, default=5.0) == 5.0
+    p.heartbeat(990.0)
     assert abs(p.next_wakeup(998.0, default=5.0) - 2.0) < 1e-9  # the timeout is due first
+    assert p.next_wakeup(1100.0, default=5.0) == 0.05  # overdue: wake at once
