@@ -63,7 +63,8 @@ def jobs(folder, fail_dir, image="dlc-airflow/runtime:dev", **extra_env):
 
     def job(script, kind):
         return DLCJob(name=script, type=kind, image=image, roles={"worker": 2},
-                      command=["python", f"{folder}/{script}.py"], env=env)
+                      command=["python", f"{folder}/{script}.py"], env=env,
+                      max_running_time="5m")  # never outlives a broken test for long
 
     return {"preprocess": job("preprocess", "batch"), "train": job("train", "pytorch"),
             "inference": job("infer", "batch")}
