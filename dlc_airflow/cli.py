@@ -29,10 +29,14 @@ def _validate(args: argparse.Namespace) -> int:
     from dlc_airflow.spec import load_job
 
     job = load_job(args.spec)
+    rendered = ""
     if args.backend:
-        get_backend(args.backend).render(job, job.name or "job")
-    print(f"{args.spec}: valid {job.type.value} job, {job.total_replicas()} replicas "
-          f"in roles {', '.join(f'{r}={v.replicas}' for r, v in job.roles.items())}")
+        backend = get_backend(args.backend)
+        objects = backend.render(job, job.name or "job")
+        rendered = f"; {backend.name} backend renders {len(objects)} object{'s' if len(objects) != 1 else ''}"
+    total = job.total_replicas()
+    print(f"{args.spec}: valid {job.type.value} job, {total} replica{'s' if total != 1 else ''} "
+          f"in roles {', '.join(f'{r}={v.replicas}' for r, v in job.roles.items())}{rendered}")
     return 0
 
 

@@ -76,6 +76,13 @@ _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 # Longest role name: the native backend names pods <job>-<role>-<index> within 63 chars.
 MAX_ROLE_NAME = 10
+# An Indexed Job runs at most 100000 completions (and pod names keep a 5-digit index).
+MAX_REPLICAS = 100_000
+# ttlSecondsAfterFinished is an int32 in every API that has it.
+MAX_TTL_SECONDS = 2**31 - 1
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
+_TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 def _check_quantity(value: str | int | float | None, what: str) -> str | None:
@@ -91,13 +98,13 @@ def _check_quantity(value: str | int | float | None, what: str) -> str | None:
     return text
 
 
-def check_label_key(key: str) -> None:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
-        raise ValueError(f"label key {key!r}: prefix must be a DNS subdomain")
+def check_label_key(key: str, what: str = "label key") -> None:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+        raise ValueError(f"{what} {key!r}: prefix must be a DNS subdomain")
     if len(name) > 63 or not _LABEL_NAME.match(name):
         raise ValueError(
-            f"label key {key!r}: name must be <= 63 characters of [A-Za-z0-9-_.], "
+            f"{what} {key!r}: name must be <= 63 characters of [A-Za-z0-9-_.], "
             "starting and ending alphanumeric"
         )
 
@@ -110,6 +117,49 @@ def check_label_value(key: str, value: str) -> None:
             f"label {key}={value!r}: value must be <= 63 characters of [A-Za-z0-9-_.], "
             "starting and ending alphanumeric"
         )
+
+
+def check_label_like(value: str, what: str) -> str:
+    """A value that ends up as a label value (node selectors, node affinity)."""
+    if not is_templated(value) and (not value or len(value) > 63 or not _LABEL_VALUE.match(value)):
+        raise ValueError(
+            f"{what} {value!r} must be 1-63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric"
+        )
+    return value
+
+
+def check_dns_subdomain(value: str, what: str) -> str:
+    if not is_templated(value) and (len(value) > 253 or not _DNS_SUBDOMAIN.match(value)):
+        raise ValueError(f"{what} {value!r} must be a lowercase DNS subdomain (a-z, 0-9, '-', '.')")
+    return value
+
+
+def _has_backstep(path: str) -> bool:
+    return ".." in path.split("/")
+
+
+def check_toleration(tol: dict[str, Any], where: str) -> None:
+    """What the API server checks in a toleration, named by our field."""
+    unknown = sorted(set(tol) - _TOLERATION_KEYS)
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; a toleration has {sorted(_TOLERATION_KEYS)}")
+    operator = tol.get("operator", "Equal")
+    if operator not in ("Equal", "Exists"):
+        raise ValueError(f"{where}.operator {operator!r} must be 'Equal' or 'Exists'")
+    key, value = tol.get("key", ""), tol.get("value", "")
+    if key:
+        check_label_key(str(key))
+    elif operator != "Exists":
+        raise ValueError(f"{where}: a toleration without a key needs operator 'Exists'")
+    if operator == "Exists" and value:
+        raise ValueError(f"{where}.value must be empty when operator is 'Exists'")
+    if value:
+        check_label_value(str(key), str(value))
+    effect = tol.get("effect", "")
+    if effect not in _TOLERATION_EFFECTS:
+        raise ValueError(f"{where}.effect {effect!r} must be one of {list(_TOLERATION_EFFECTS[1:])} (or empty)")
+    if "tolerationSeconds" in tol and effect != "NoExecute":
+        raise ValueError(f"{where}.tolerationSeconds needs effect 'NoExecute'")
 
 
 def parse_duration(value: Any, what: str) -> timedelta | None:
@@ -167,6 +217,12 @@ class Resources(_Model):
             raise ValueError(f"gpu {value!r} must be a whole number of GPUs")
         return int(value) if isinstance(value, (float, str)) else value
 
+    @field_validator("gpu_type")
+    @classmethod
+    def _gpu_label(cls, value: str | None) -> str | None:
+        # matched against the node label nvidia.com/gpu.product
+        return value if value is None else check_label_like(value, "gpu_type")
+
     @model_validator(mode="after")
     def _gpu_type_needs_gpu(self) -> Resources:
         if self.gpu_type and not self.gpu:
@@ -189,6 +245,8 @@ class Role(_Model):
     def _positive(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"replicas must be >= 1 (got {value}); drop the role to not run it")
+        if value > MAX_REPLICAS:
+            raise ValueError(f"replicas {value} is more than {MAX_REPLICAS}, the most an Indexed Job runs")
         return value
 
     @model_validator(mode="after")
@@ -211,23 +269,44 @@ class _Mount(_Model):
             raise ValueError(f"mount_path {value!r} must be an absolute path such as /data")
         return value
 
+    @field_validator("sub_path")
+    @classmethod
+    def _relative(cls, value: str | None) -> str | None:
+        if value is not None and not is_templated(value) and (value.startswith("/") or _has_backstep(value)):
+            raise ValueError(f"sub_path {value!r} must be a relative path inside the volume, without '..'")
+        return value
+
 
 class PVCMount(_Mount):
     type: Literal["pvc"] = "pvc"
-    claim_name: str
+    claim_name: str = Field(min_length=1)
 
 
 class NFSMount(_Mount):
     """NFS / NAS share."""
 
     type: Literal["nfs"] = "nfs"
-    server: str
+    server: str = Field(min_length=1)
     path: str
+
+    @field_validator("path")
+    @classmethod
+    def _absolute_export(cls, value: str) -> str:
+        if not is_templated(value) and not value.startswith("/"):
+            raise ValueError(f"path {value!r} must be the absolute path of the export, such as /exports/data")
+        return value
 
 
 class HostPathMount(_Mount):
     type: Literal["host_path"] = "host_path"
-    path: str
+    path: str = Field(min_length=1)
+
+    @field_validator("path")
+    @classmethod
+    def _no_backstep(cls, value: str) -> str:
+        if _has_backstep(value):
+            raise ValueError(f"path {value!r} must not contain '..'")
+        return value
 
 
 class CSIMount(_Mount):
@@ -238,15 +317,20 @@ class CSIMount(_Mount):
     volume_attributes: dict[str, str] = Field(default_factory=dict)
     secret_name: str | None = Field(None, description="nodePublishSecretRef")
 
+    @field_validator("driver", "secret_name")
+    @classmethod
+    def _dns(cls, value: str | None, info) -> str | None:
+        return value if value is None else check_dns_subdomain(value, info.field_name)
+
 
 class ConfigMapMount(_Mount):
     type: Literal["config_map"] = "config_map"
-    name: str
+    name: str = Field(min_length=1)
 
 
 class SecretMount(_Mount):
     type: Literal["secret"] = "secret"
-    name: str
+    name: str = Field(min_length=1)
 
 
 class EmptyDirMount(_Mount):
@@ -315,6 +399,21 @@ class Scheduling(_Model):
                 )
         return value
 
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, tol in enumerate(value):
+            check_toleration(tol, f"tolerations[{i}]")
+        return value
+
+    @field_validator("include_nodes", "exclude_nodes")
+    @classmethod
+    def _node_names(cls, value: list[str], info) -> list[str]:
+        # matched against the node label kubernetes.io/hostname: label value rules
+        for node in value:
+            check_label_like(node, f"{info.field_name}: node")
+        return value
+
     @model_validator(mode="after")
     def _nodes_disjoint(self) -> Scheduling:
         both = sorted(set(self.include_nodes) & set(self.exclude_nodes))
@@ -341,7 +440,9 @@ class FaultTolerance(_Model):
     def _codes(cls, value: list[int]) -> list[int]:
         bad = [c for c in value if not 1 <= c <= 255]
         if bad:
-            raise ValueError(f"retryable_exit_codes {bad}: exit codes are 1..255 (0 is success)")
+            raise ValueError(
+                f"retryable_exit_codes {bad}: exit codes are 1..255 (0 is success): list failure codes only"
+            )
         return sorted(set(value))
 
 
@@ -387,7 +488,8 @@ class Elastic(_Model):
     def _ordered(self) -> Elastic:
         if self.min_replicas > self.max_replicas:
             raise ValueError(
-                f"elastic.min_replicas {self.min_replicas} > max_replicas {self.max_replicas}"
+                f"elastic.min_replicas {self.min_replicas} > max_replicas {self.max_replicas}: "
+                "min_replicas must be <= max_replicas"
             )
         return self
 
@@ -436,7 +538,9 @@ class DLCJob(_Model):
         if not value or not value.strip():
             raise ValueError("image is required: the container image every replica runs")
         if not is_templated(value) and any(ch.isspace() for ch in value):
-            raise ValueError(f"image {value!r} contains whitespace")
+            raise ValueError(
+                f"image {value!r} contains whitespace; write one image reference such as registry/name:tag"
+            )
         return value
 
     @field_validator("name")
@@ -463,6 +567,8 @@ class DLCJob(_Model):
         parsed = parse_duration(value, info.field_name)
         if parsed is not None and parsed.total_seconds() <= 0:
             raise ValueError(f"{info.field_name} must be positive")
+        if info.field_name == "ttl_after_finished" and parsed is not None and parsed.total_seconds() > MAX_TTL_SECONDS:
+            raise ValueError(f"ttl_after_finished is at most {MAX_TTL_SECONDS} seconds (about 68 years)")
         return parsed
 
     @field_validator("env")
@@ -476,8 +582,17 @@ class DLCJob(_Model):
         for key, val in value.items():
             check_label_key(key)
             if key.startswith("dlc-airflow/"):
-                raise ValueError(f"label {key!r}: the dlc-airflow/ prefix is reserved")
+                raise ValueError(
+                    f"label {key!r}: the dlc-airflow/ prefix is reserved for our own labels; use another prefix"
+                )
             check_label_value(key, val)
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotation_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            check_label_key(key, "annotation key")  # the same rules as label keys
         return value
 
     @field_validator("roles", mode="before")
@@ -526,6 +641,9 @@ class DLCJob(_Model):
         dup = sorted({p for p in paths if paths.count(p) > 1})
         if dup:
             raise ValueError(f"storage: mount_path {dup} used more than once")
+        reserved = _reserved_paths(self)
+        if clash := sorted(set(paths) & set(reserved)):
+            raise ValueError(f"storage: mount_path {clash[0]} is taken by {reserved[clash[0]]}; mount elsewhere")
         if self.checkpoint and self.checkpoint.container_path() is None:
             raise ValueError(
                 f"checkpoint.uri {self.checkpoint.uri!r} is not a local path: set checkpoint.path "
@@ -580,10 +698,27 @@ class DLCJob(_Model):
         return data
 
 
+def _reserved_paths(job: DLCJob) -> dict[str, str]:
+    """Paths the backends mount themselves (shared memory, hostfiles) -> what takes them."""
+    from dlc_airflow import wiring  # wiring imports this module
+
+    reserved = {}
+    if job.resources.shared_memory or any(r.resources and r.resources.shared_memory for r in job.roles.values()):
+        reserved["/dev/shm"] = "resources.shared_memory"
+    if job.type is JobType.mpi:
+        reserved[wiring.MPI_HOSTFILE] = "the MPI hostfile"
+    elif job.type in (JobType.deepspeed, JobType.megatron) and job.launcher == "mpi":
+        reserved[wiring.DEEPSPEED_HOSTFILE] = "the hostfile of launcher='mpi'"
+    return reserved
+
+
 def _check_env(env: dict[str, str], where: str) -> dict[str, str]:
     for key, val in env.items():
         if not _ENV_NAME.match(key):
-            raise ValueError(f"{where}: {key!r} is not a valid environment variable name")
+            raise ValueError(
+                f"{where}: {key!r} is not a valid environment variable name: use letters, digits, '_', '-' "
+                "and '.', starting with a letter or '_'"
+            )
         if not isinstance(val, str):
             raise ValueError(f"{where}.{key} must be a string (quote numbers in YAML)")
     return env
@@ -656,12 +791,41 @@ def load_job(path: str | Path) -> DLCJob:
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
-        raise SpecError(f"{p} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
+        raise SpecError(f"{p} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {_one_line(exc)}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{p}: a job spec is a mapping (name, type, image, ...)")
     return parse_job(data, source=str(p))
 
 
+def _one_line(exc: Exception) -> str:
+    """A parser error as one line: what is wrong, and where (YAML errors span several lines)."""
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
+
+
 def json_schema() -> dict[str, Any]:
-    """JSON Schema of DLCJob, for editors (yaml-language-server) and docs."""
-    return DLCJob.model_json_schema()
+    """JSON Schema of DLCJob, for editors (yaml-language-server) and docs.
+
+    It describes what a spec file may contain, which is more than the models' types: the
+    validators also take the roles shorthand (`worker: 4`), plain numbers as quantities
+    (`cpu: 4`) and durations as seconds or text such as '2h'.
+    """
+    schema = DLCJob.model_json_schema()
+    defs, props = schema["$defs"], schema["properties"]
+    props["roles"]["additionalProperties"] = {
+        "anyOf": [{"$ref": "#/$defs/Role"}, {"type": "integer", "minimum": 1, "description": "replicas"}]
+    }
+    for key in ("max_running_time", "ttl_after_finished"):
+        props[key]["anyOf"] = [{"type": "number", "exclusiveMinimum": 0},
+                               {"type": "string", "description": "seconds, or e.g. '90s', '30m', '2h', '1d12h'"},
+                               {"type": "null"}]
+    quantity = [{"type": "string", "pattern": _QUANTITY.pattern}, {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"\{\{|\{%", "description": "a Jinja template Airflow renders"},
+                {"type": "null"}]
+    for model, fields in (("Resources", ("cpu", "memory", "shared_memory", "ephemeral_storage")),
+                          ("EmptyDirMount", ("size_limit",))):
+        for field in fields:
+            defs[model]["properties"][field]["anyOf"] = quantity
+    return schema

@@ -54,7 +54,7 @@ from dlc_airflow.backends.base import (
     ttl_seconds,
     unsupported_type,
 )
-from dlc_airflow.backends.podspec import JOB_INDEX, Volumes, pod_template
+from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION, JOB_INDEX, Volumes, pod_template
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
@@ -231,7 +231,40 @@ class NativeBackend(Backend):
         jobs = [o for o in objects if o.get("kind", "Job") == "Job"]
         if not jobs:
             return not_found()
-        return apply_pods(jobs_status(jobs), pods)
+        status = apply_pods(jobs_status(jobs), pods)
+        if status.state is JobState.FAILED and pods:
+            # The pods tell which failures were replaced, whatever ended the job.
+            status = status.model_copy(update={"restarts": replaced_failures(pods)})
+        return status
+
+
+def replaced_failures(pods: list[dict]) -> int:
+    """Failed pods that got a successor for the same replica (preempted ones not counted)."""
+    by_replica: dict[tuple[str, str], list[dict]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        key = ((meta.get("labels") or {}).get(naming.LABEL_ROLE, ""),
+               (meta.get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION, meta.get("name", "")))
+        by_replica.setdefault(key, []).append(pod)
+    count = 0
+    for replica in by_replica.values():
+        replica.sort(key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "",
+                                    (p.get("metadata") or {}).get("name", "")))
+        for pod in replica[:-1]:
+            status = pod.get("status") or {}
+            disrupted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                            for c in status.get("conditions") or [])
+            count += status.get("phase") == "Failed" and not disrupted
+    return count
+
+
+def _index_count(intervals: str) -> int:
+    """How many indexes an interval list such as '0,2-4' names."""
+    count = 0
+    for part in filter(None, (intervals or "").split(",")):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1
+    return count
 
 
 def _role_of(obj: dict) -> str:
@@ -274,20 +307,28 @@ def jobs_status(jobs: list[dict]) -> JobStatus:
         if cond:
             message = cond.get("message") or ""
             role = _role_of(obj)
+            # Without pods: the failed pods of an index that ran out of restarts, but its last
+            # one, were restarts (a FailJob rule or the deadline ends the job without any).
+            final = sum(_index_count((o.get("status") or {}).get("failedIndexes") or "") for o in jobs)
             return JobStatus(
                 state=JobState.FAILED,
                 reason=cond.get("reason") or "Failed",
                 message=f"{role}: {message}" if message else f"{role} failed",
                 finished=latest([condition_time(obj, "Failed") or cond.get("lastTransitionTime")]),
+                restarts=max(0, failed_pods - final) if final else 0,
                 **base,
             )
 
     finishing = [o for o in jobs if _role_of(o) not in SERVER_ROLES] or jobs
     if all(_complete(o) for o in finishing):
+        # SuccessCriteriaMet comes first; completionTime and Complete once the pods are gone.
         finished = latest(
-            (o.get("status") or {}).get("completionTime") or condition_time(o, "Complete") for o in finishing
+            (o.get("status") or {}).get("completionTime") or condition_time(o, "Complete")
+            or condition_time(o, "SuccessCriteriaMet") for o in finishing
         )
-        return JobStatus(state=JobState.SUCCEEDED, reason="Completed", finished=finished, **base)
+        # Every failed pod of a job that succeeded was replaced.
+        return JobStatus(state=JobState.SUCCEEDED, reason="Completed", finished=finished,
+                         restarts=failed_pods, **base)
 
     # spec.suspend covers the moment before the controller has written the condition.
     suspended = [o for o in jobs if condition(o, "Suspended") or (o.get("spec") or {}).get("suspend")]

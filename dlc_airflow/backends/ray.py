@@ -152,9 +152,11 @@ def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
         roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
 
     meta = obj.get("metadata") or {}
+    failed = int(st.get("failed") or 0)
     base = {
         "roles": roles,
-        "restarts": int(st.get("failed") or 0) if deployment not in ("Failed", "ValidationFailed") else 0,
+        # KubeRay counts every failed run in status.failed, the final one of a failed job too.
+        "restarts": max(0, failed - 1) if deployment in ("Failed", "ValidationFailed") else failed,
         "created": earliest([meta.get("creationTimestamp")]),
         "started": earliest([st.get("startTime")]),
     }

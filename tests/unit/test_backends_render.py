@@ -21,7 +21,7 @@ from dlc_airflow.backends import BackendError, ResourceKind, get_backend
 from dlc_airflow.backends import podspec
 from dlc_airflow.backends.trainer import TrainerBackend
 from dlc_airflow.jobtypes import JobType
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, EmptyDirMount
 from tests.unit.k8s_schema import job_spec_errors, validate
 
 NAME = "demo-0123abcd-1"
@@ -783,8 +783,11 @@ def test_jobset_refuses_pod_names_over_63():
 
 
 def test_mount_path_clash_is_refused():
-    job = make("batch", resources={"shared_memory": "1Gi"},
-               storage=[{"type": "empty_dir", "mount_path": "/dev/shm"}])
+    # The spec refuses it at parse time; render keeps its own check for specs built otherwise.
+    with pytest.raises(ValueError, match="/dev/shm"):
+        make("batch", resources={"shared_memory": "1Gi"}, storage=[{"type": "empty_dir", "mount_path": "/dev/shm"}])
+    job = make("batch", roles={"worker": {"replicas": 1, "resources": {"shared_memory": "1Gi"}}})
+    job.storage.append(EmptyDirMount(mount_path="/dev/shm"))  # past validation
     with pytest.raises(BackendError, match="/dev/shm"):
         render("native", job)
 

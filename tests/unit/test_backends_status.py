@@ -397,3 +397,55 @@ def test_suspended_before_any_condition_is_queued():
         assert (s.state, s.reason) == (JobState.QUEUED, "Suspended"), backend
     rj = DLCJob(type="ray", image="img", command=["x"], scheduling={"queue": "q"})
     assert ray.status(ray.render(rj, NAME)).state is JobState.QUEUED
+
+
+# -- restarts and finish times on terminal states (found on the real Job controller) ------------
+
+
+def test_native_success_criteria_met_is_finished_before_complete():
+    # The Job controller sets SuccessCriteriaMet first; Complete and completionTime follow once
+    # the pods are gone.
+    worker = batch_job("worker", 2, {"conditions": [cond("SuccessCriteriaMet", "CompletionsReached", "", T2)],
+                                     "startTime": T1, "succeeded": 2, "failed": 1})
+    s = native.status([worker])
+    assert s.state is JobState.SUCCEEDED and s.finished == ts(T2)
+    assert s.restarts == 1  # every failed pod of a job that succeeded was replaced
+
+
+def test_native_failed_counts_restarts_before_the_last_failure():
+    status = {"conditions": [cond("FailureTarget", "MaxFailedIndexesExceeded", "", T2),
+                             cond("Failed", "MaxFailedIndexesExceeded", "", T3)],
+              "startTime": T1, "failed": 4, "failedIndexes": "0,2"}
+    worker = batch_job("worker", 3, status)
+    assert native.status([worker]).restarts == 2  # 4 failed pods, 2 of them the indexes' last
+    # a FailJob rule or the deadline: no index ran out of restarts
+    pfp = batch_job("worker", 2, {"conditions": [cond("Failed", "PodFailurePolicy", "x", T3)],
+                                  "startTime": T1, "failed": 2, "failedIndexes": ""})
+    assert native.status([pfp]).restarts == 0
+
+
+def test_native_failed_restarts_from_pods():
+    from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION
+
+    def replica(name, index, phase, created, disrupted=False):
+        p = pod(name, "worker", phase=phase,
+                conditions=[{"type": "DisruptionTarget", "status": "True"}] if disrupted else ())
+        p["metadata"].update(annotations={COMPLETION_INDEX_ANNOTATION: str(index)}, creationTimestamp=created)
+        return p
+
+    worker = batch_job("worker", 2, {"conditions": [cond("Failed", "PodFailurePolicy", "x", T3)],
+                                     "startTime": T1, "failed": 2, "failedIndexes": ""})
+    pods = [replica("a", 0, "Failed", T0), replica("b", 0, "Failed", T1),  # restarted once, then FailJob
+            replica("c", 1, "Failed", T0, disrupted=True), replica("d", 1, "Running", T1)]  # preempted
+    assert native.status([worker], pods).restarts == 1
+
+
+@pytest.mark.parametrize("deployment, job_status, failed, restarts", [
+    ("Retrying", "FAILED", 1, 1),
+    ("Running", "RUNNING", 1, 1),
+    ("Complete", "SUCCEEDED", 1, 1),
+    ("Failed", "FAILED", 3, 2),  # KubeRay counts the final failed run too
+    ("Failed", "RUNNING", 1, 0),  # DeadlineExceeded: the run the deadline ended
+])
+def test_rayjob_restarts_on_every_state(deployment, job_status, failed, restarts):
+    assert ray.status([a_rayjob(deployment, job_status, failed=failed)]).restarts == restarts
