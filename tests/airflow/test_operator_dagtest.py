@@ -103,6 +103,7 @@ def test_queue_timeout_fails_with_the_schedulers_reason(kube, k8s_conn, dag_file
     text = "".join(capfd.readouterr())
     assert "was not scheduled within queue_timeout" in text
     assert "Insufficient nvidia.com/gpu" in text
+    assert "[event] Pod " in text and "FailedScheduling" in text  # the scheduler's Event, in the task log
     assert managed(kube, JOB) == []
     wait_until(lambda: managed(kube, POD) == [], "the garbage collector to delete the pods")
 
