@@ -36,7 +36,7 @@ demo: install-demo
 	$(PY) -m dlc_airflow.demo
 
 benchmarks: install cluster
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/notice_latency.py
 
 clean-cluster:
 	scripts/k8s-local down

@@ -175,6 +175,7 @@ def measure(cluster, jobs: int) -> dict:
                 "max_s": round(max(lat), 3),
                 "api_requests": proxies[name].requests - before[name],
                 "requests_per_job_minute": round((proxies[name].requests - before[name]) / jobs / (wall / 60), 1),
+                "triggerer_peak_rss_mib": round(seen[name]["_peak_rss_mib"], 1),
             }
         return results
     finally:
@@ -200,6 +201,9 @@ def worker(spec: dict) -> None:
         asyncio.run(run_ours(refs, spec["conn_id"], seen))
     else:
         asyncio.run(run_cncf(refs, spec["conn_id"], spec["namespace"], spec["poll"], seen))
+    import resource
+
+    seen["_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(seen))
 
 
@@ -217,10 +221,10 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(report, indent=2))
     for n, rows in report.items():
         print(f"\n{n} jobs waiting at once")
-        print(f"{'approach':40} {'median':>8} {'p95':>8} {'max':>8} {'requests':>9} {'req/job/min':>12}")
+        print(f"{'approach':40} {'median':>8} {'p95':>8} {'max':>8} {'requests':>9} {'req/job/min':>12} {'RSS MiB':>8}")
         for name, r in rows.items():
             print(f"{name:40} {r['median_s']:>7.3f}s {r['p95_s']:>7.3f}s {r['max_s']:>7.3f}s "
-                  f"{r['api_requests']:>9} {r['requests_per_job_minute']:>12}")
+                  f"{r['api_requests']:>9} {r['requests_per_job_minute']:>12} {r['triggerer_peak_rss_mib']:>8}")
 
 
 if __name__ == "__main__":
