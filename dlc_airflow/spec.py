@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 

@@ -150,11 +150,18 @@ class DLCJobOperator(BaseOperator):
         if not data:
             raise AirflowException(f"{self.task_id}: resumed without the job's reference")
         ref = JobRef.from_dict(data)
+        if str(event).lower().startswith("fail"):
+            raise AirflowException(f"job {ref.name} did not succeed (see the trigger's log above)")
         runner = make_runner(ref.backend, self.conn_id, self.namespace, local_root=self.local_root)
         status = runner.status(ref)
-        if str(event).lower().startswith("fail") or not status.terminal or status.state.value != "SUCCEEDED":
-            raise AirflowException(f"job {ref.name} did not succeed: {status.summary()}")
-        return job_result(ref, status, runner.outputs(ref))
+        if status.state.value == "SUCCEEDED":
+            return job_result(ref, status, runner.outputs(ref))
+        if self.on_finish == "delete" and status.reason == "NotFound":
+            # the trigger took the result and deleted the job, as asked
+            from dlc_airflow.status import JobState
+
+            return job_result(ref, status.model_copy(update={"state": JobState.SUCCEEDED, "message": ""}), {})
+        raise AirflowException(f"job {ref.name} did not succeed: {status.summary()}")
 
     def _conclude(self, context: Context, runner: Any, ref: JobRef, verdict: Any, pods: list[dict]) -> Any:
         if verdict.kind != "finished":

@@ -98,6 +98,7 @@ class DLCJobTrigger(BaseTrigger):
                 except TimeoutError:
                     if line := progress.heartbeat(now):
                         self.log.info("%s", line)
+                        changed = True  # a long quiet wait: show the job's latest logs and Events too
                 verdict = progress.verdict(now)
                 if self.stream_logs and (changed or verdict):
                     await asyncio.to_thread(cursor.emit, runner, ref, self.log, pods or None)

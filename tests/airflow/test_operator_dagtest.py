@@ -132,3 +132,11 @@ def test_logs_and_outputs_reach_the_task(kube, admin, k8s_conn, dag_files, capfd
     assert result["metrics"] == {"loss": 0.25}
     assert result["outputs"] == {"checkpoint": "s3://b/ckpt/step-9"}
 
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_on_finish_delete_removes_the_job_after_taking_its_result(kube, k8s_conn, dag_files, deferrable):
+    _, ti = run_dag(dag_files, k8s_conn, training_job(), deferrable=deferrable, on_finish="delete")
+    assert ti.state == "success"
+    assert xcom(ti)["state"] == "SUCCEEDED"
+    assert managed(kube, JOB) == [] and managed(kube, SERVICE) == []

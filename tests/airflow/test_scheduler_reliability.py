@@ -5,7 +5,6 @@ dies in the middle of submitting; a user kills a running and a deferred task."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 import uuid

@@ -6,16 +6,13 @@ Test helper, not a test module.
 
 from __future__ import annotations
 
-import time
 import uuid
-
-import pytest
 
 from dlc_airflow import naming
 from dlc_airflow.backends import BACKENDS, BackendError, get_backend
 from dlc_airflow.jobtypes import JobType
-from dlc_airflow.k8s.client import FIELD_MANAGER, Conflict, Forbidden, KubeClient
-from dlc_airflow.k8s.kinds import JOBSET, ResourceKind, kind_of
+from dlc_airflow.k8s.client import FIELD_MANAGER, Conflict, KubeClient
+from dlc_airflow.k8s.kinds import ResourceKind, kind_of
 from dlc_airflow.spec import DLCJob
 
 IMAGE = "registry.example.com/ml/train:2026.12"
@@ -189,29 +186,3 @@ def missing_fields(sent, stored, path: str = "") -> list[str]:
 
 
 _ABSENT = object()
-
-
-@pytest.fixture(autouse=True)
-def rbac_ready(request):
-    """Wait until the test namespace's RoleBinding is in effect for `kube`.
-
-    The authorizer learns of a new RoleBinding from its informer a moment after the create
-    returns; a test that creates at once can meet a 403 (seen with tests/support's namespace
-    fixture). Modules import this fixture to make it apply.
-    """
-    if "kube" not in request.fixturenames:
-        return
-    kube = request.getfixturevalue("kube")
-
-    def allowed() -> bool:
-        try:
-            kube.list(JOBSET)
-            return True
-        except Forbidden:
-            return False
-
-    deadline = time.monotonic() + 15
-    while not allowed():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the restricted identity still may not list jobsets in {kube.namespace}")
-        time.sleep(0.1)

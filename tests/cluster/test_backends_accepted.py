@@ -46,7 +46,6 @@ from tests.cluster.specs import (
     minimal,
     missing_fields,
     pod_templates,
-    rbac_ready,  # noqa: F401 - autouse fixture
     unique_name,
 )
 from tests.support.cluster import create_test_namespace, delete_namespace

@@ -21,7 +21,6 @@ from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, missing_fields, unique_name
-from tests.cluster.specs import rbac_ready  # noqa: F401 - autouse fixture
 
 T0 = datetime.now(timezone.utc).replace(microsecond=0)
 

@@ -19,7 +19,6 @@ from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from tests.cluster.polling import wait_for, wait_state
 from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, unique_name
-from tests.cluster.specs import rbac_ready  # noqa: F401 - autouse fixture
 from tests.support.cluster import create_test_namespace, delete_namespace
 
 CHAOS = "pod-container-running-failed.stage.kwok.x-k8s.io"

@@ -110,7 +110,26 @@ def create_test_namespace(admin: KubeClient, prefix: str = "t") -> str:
         "metadata": {"name": "dlc-airflow", "namespace": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RUNNER_ROLE},
         "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}]})
+    wait_until_allowed(admin, name)
     return name
+
+
+def wait_until_allowed(admin: KubeClient, namespace: str, timeout: float = 30.0) -> None:
+    """RBAC takes a moment to see a new RoleBinding: ask the authorizer until it does."""
+    import time
+
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+        "user": f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}",
+        "groups": ["system:serviceaccounts", f"system:serviceaccounts:{SA_NAMESPACE}", "system:authenticated"],
+        "resourceAttributes": {"namespace": namespace, "verb": "create", "group": "batch", "resource": "jobs"}}}
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = admin.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review)
+        if answer.get("status", {}).get("allowed"):
+            return
+        if time.monotonic() > deadline:
+            raise ClusterUnavailable(f"the RoleBinding in {namespace} never took effect: {answer.get('status')}")
+        time.sleep(0.1)
 
 
 def delete_namespace(admin: KubeClient, name: str) -> None:
