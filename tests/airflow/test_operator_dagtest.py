@@ -140,3 +140,43 @@ def test_on_finish_delete_removes_the_job_after_taking_its_result(kube, k8s_conn
     assert ti.state == "success"
     assert xcom(ti)["state"] == "SUCCEEDED"
     assert managed(kube, JOB) == [] and managed(kube, SERVICE) == []
+
+
+FLAKY_DAG = '''
+import json
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import DAG
+from dlc_airflow.operators import DLCJobOperator
+
+
+class FailsOnceAfterSuccess(DLCJobOperator):
+    """The job succeeds and is deleted; then the first try dies before it is recorded."""
+
+    def post_execute(self, context, result=None):
+        if context["ti"].try_number == 1:
+            raise RuntimeError("worker lost after the job succeeded")
+
+
+with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+         default_args={{"retries": 1, "retry_delay": timedelta(seconds=0)}}) as dag:
+    FailsOnceAfterSuccess(task_id="train", **json.loads({kwargs!r}))
+'''
+
+
+def test_retry_takes_the_result_recorded_in_the_task_state_store(kube, k8s_conn, dag_files, capfd):
+    """Durable execution (Airflow 3.3 task state store): the job is gone (on_finish=delete),
+    yet the retry takes its recorded result instead of training again."""
+    import json
+    import uuid
+
+    dag_id = f"t_{uuid.uuid4().hex[:8]}"
+    kwargs = {"conn_id": k8s_conn, "backend": "native", "job": training_job().to_dict(),
+              "deferrable": False, "on_finish": "delete"}
+    dag = dag_files(dag_id, FLAKY_DAG.format(dag_id=dag_id, kwargs=json.dumps(kwargs)))
+    ti = dag.test().get_task_instance("train")
+    assert ti.state == "success" and ti.try_number == 2
+    text = "".join(capfd.readouterr())
+    assert text.count("submitted job ") == 1  # only the first try submitted
+    assert "already succeeded (recorded in the task state store)" in text
+    assert xcom(ti)["state"] == "SUCCEEDED" and managed(kube, JOB) == []
