@@ -49,7 +49,7 @@ def _need(name: str, what: str) -> str:
     value = os.environ.get(name)
     if not value:
         raise RuntimeEnvError(
-            f"{name} is not set: this job is not a {what} step of a dlc_airflow.pipelines pipeline "
+            f"{name} is not set: this job was not started as the {what} step of a dlc_airflow.pipelines pipeline "
             f"(set {name} to run it by hand)"
         )
     return value

@@ -15,7 +15,8 @@
 What it sets up for its AIRFLOW_HOME (each stack has its own, so stacks never share state
 with the test session's Airflow home or with each other):
 - SQLite metadata DB (`airflow db migrate` on first start), LocalExecutor, no examples;
-- the dags folder you give (AIRFLOW__CORE__DAGS_FOLDER), re-listed every few seconds;
+- the dags folder you give (AIRFLOW__CORE__DAGS_FOLDER), re-listed every few seconds; new
+  DAGs start paused (unpause with `stack.airflow("dags", "unpause", dag_id)`);
 - an api-server on a free 127.0.0.1 port: in Airflow 3 the LocalExecutor's task
   supervisor talks to the Execution API there (AIRFLOW__CORE__EXECUTION_API_SERVER_URL),
   so every component shares one JWT secret;

@@ -8,7 +8,7 @@ import os
 import torch
 from common import load_shards, model, save_npz
 
-from dlc_airflow.runtime import log_metrics, pipeline, shard
+from dlc_airflow.runtime import log_metrics, pipeline, report_output, shard
 
 
 def main() -> None:
@@ -27,6 +27,7 @@ def main() -> None:
     correct = int((predicted == y).sum())
     print(f"shard {index}/{count}: {len(ids)} predictions with {pipeline.model_uri()} -> {out}", flush=True)
     log_metrics(**{f"predictions_shard{index}": len(ids), f"correct_shard{index}": correct})
+    report_output("predictions", pipeline.output_uri())
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from common import arrivals, save_npz
 
-from dlc_airflow.runtime import log_metrics, pipeline, shard
+from dlc_airflow.runtime import log_metrics, pipeline, report_output, shard
 
 
 def main() -> None:
@@ -18,6 +18,7 @@ def main() -> None:
     print(f"shard {index}/{count}: {len(ids[mine])} of {len(ids)} samples of "
           f"[{start:%Y-%m-%d %H:%M}, {end:%Y-%m-%d %H:%M}) -> {out}", flush=True)
     log_metrics(**{f"rows_shard{index}": len(ids[mine])})
+    report_output("data", pipeline.output_uri())
 
 
 if __name__ == "__main__":
