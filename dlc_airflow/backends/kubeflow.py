@@ -268,10 +268,11 @@ def kubeflow_status(obj: dict) -> JobStatus:
 
     if cond := condition(obj, "Failed"):
         finished = latest([st.get("completionTime"), cond.get("lastTransitionTime")])
-        return result(JobState.FAILED, "Failed", cond, finished=finished)
+        # every failed pod but the last was restarted
+        return result(JobState.FAILED, "Failed", cond, finished=finished, restarts=max(0, failed_pods - 1))
     if cond := condition(obj, "Succeeded"):
         finished = latest([st.get("completionTime") or cond.get("lastTransitionTime")])
-        return result(JobState.SUCCEEDED, "Succeeded", cond, finished=finished)
+        return result(JobState.SUCCEEDED, "Succeeded", cond, finished=finished, restarts=failed_pods)
     if cond := condition(obj, "Suspended"):
         return result(JobState.QUEUED, "Suspended", cond).model_copy(update={"reason": "Suspended"})
     if cond := condition(obj, "Restarting"):

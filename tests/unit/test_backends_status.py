@@ -239,7 +239,10 @@ def test_kubeflow_failed_and_suspended():
     failed = cond("Failed", "PyTorchJobFailed", f"PyTorchJob {NAME} is failed because 1 Worker replica(s) failed.", T3)
     s = kubeflow.status([pytorchjob([cond("Created", at=T0), failed], {"Worker": {"failed": 1}}, startTime=T1)])
     assert s.state is JobState.FAILED and s.reason == "PyTorchJobFailed" and "1 Worker replica(s) failed" in s.message
-    assert s.finished == ts(T3)
+    assert s.finished == ts(T3) and s.restarts == 0
+    # three failed pods: two were restarted, the third failed the job
+    s = kubeflow.status([pytorchjob([cond("Created", at=T0), failed], {"Worker": {"failed": 3}}, startTime=T1)])
+    assert s.state is JobState.FAILED and s.restarts == 2
     suspended = cond("Suspended", "PyTorchJobSuspended", f"PyTorchJob {NAME} is suspended.", T1)
     s = kubeflow.status([pytorchjob([cond("Created", at=T0), suspended])])
     assert s.state is JobState.QUEUED and s.reason == "Suspended"
