@@ -212,7 +212,8 @@ class KubeRunner:
     def stop(self, ref: JobRef) -> int:
         """Delete every object of the job (pods go with their owners); returns how many."""
         deleted = 0
-        for kind in ref.kinds or (ref.kind,):
+        # the primary (which owns the rest) last: the garbage collector does not race us
+        for kind in reversed(ref.kinds or (ref.kind,)):
             items, _ = self.client.list(kind, ref.namespace, labels={LABEL_JOB: ref.name})
             for obj in items:
                 deleted += self.client.delete(kind, obj["metadata"]["name"], ref.namespace)
