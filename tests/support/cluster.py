@@ -206,18 +206,25 @@ _k3s = None
 
 
 def _k3s_cluster() -> TestCluster:
-    """k3s through testcontainers (only where a Docker engine answers)."""
+    """k3s through testcontainers (only where a Docker engine answers), with our CRDs and Role."""
     global _k3s
+    import yaml
     from testcontainers.k3s import K3SContainer  # type: ignore[import-not-found]
 
     _k3s = K3SContainer().start()
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"dlc-k3s-{uuid.uuid4().hex[:6]}.kubeconfig"
     path.write_text(_k3s.config_yaml())
     admin = KubeClient.from_kubeconfig(str(path))
-    for manifest in sorted((REPO / "k8s" / "crds").rglob("*.yaml")) + [REPO / "k8s" / "rbac" / "role.yaml"]:
-        subprocess.run(["kubectl", "--kubeconfig", str(path), "apply", "--server-side", "-f", str(manifest)],
-                       check=True, capture_output=True)
-    del admin
+    manifests = sorted((REPO / "k8s" / "crds").rglob("*.yaml")) + [REPO / "k8s" / "rbac" / "role.yaml"]
+    for manifest in manifests:
+        for obj in yaml.safe_load_all(manifest.read_text()):
+            if obj:
+                admin.request("POST", CLUSTER_SCOPED[obj["kind"]].path(), body=obj)
     return TestCluster(str(path), source="k3s (testcontainers)")
 
 
+CLUSTER_SCOPED = {
+    "CustomResourceDefinition": ResourceKind("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                                             "customresourcedefinitions", namespaced=False),
+    "ClusterRole": ResourceKind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", namespaced=False),
+}
