@@ -209,7 +209,10 @@ def _k3s_cluster() -> TestCluster:
     """k3s through testcontainers (only where a Docker engine answers), with our CRDs and Role."""
     global _k3s
     import yaml
-    from testcontainers.k3s import K3SContainer  # type: ignore[import-not-found]
+    try:
+        from testcontainers.community.k3s import K3SContainer  # type: ignore[import-not-found]
+    except ImportError:
+        from testcontainers.k3s import K3SContainer  # type: ignore[import-not-found]
 
     _k3s = K3SContainer().start()
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"dlc-k3s-{uuid.uuid4().hex[:6]}.kubeconfig"
