@@ -185,9 +185,20 @@ class AirflowStack:
 
     # -- CLI and logs -------------------------------------------------------------------
     def airflow(self, *args: str, check: bool = True, timeout: float = 300.0) -> subprocess.CompletedProcess:
-        """Run `airflow <args>` against this home; raises StackError with its output on failure."""
-        done = subprocess.run([AIRFLOW, *args], env=self.env, cwd=self.home, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        """Run `airflow <args>` against this home; raises StackError with its output on failure.
+
+        SQLite has one writer: a command whose transaction meets the scheduler's write can be
+        refused at once with "database is locked" (a read lock cannot be upgraded, whatever the
+        busy timeout). Airflow rolls such a command back (a backfill cleans up its partial
+        runs "so the user can retry"), so it is retried, as a user would.
+        """
+        for attempt in range(6):
+            done = subprocess.run([AIRFLOW, *args], env=self.env, cwd=self.home, capture_output=True, text=True,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+            locked = done.returncode != 0 and "database is locked" in done.stdout + done.stderr
+            if not locked:
+                break
+            time.sleep(1 + attempt)
         if check and done.returncode != 0:
             raise StackError(f"`airflow {' '.join(args)}` exited {done.returncode}:\n{done.stdout[-3000:]}\n"
                              f"{done.stderr[-3000:]}")
