@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, BackendError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `dlc-airflow render ... | head`: the reader stopped early
+        sys.stdout = None
+        return 0
 
 
 if __name__ == "__main__":
