@@ -175,6 +175,8 @@ class DLCJobOperator(BaseOperator):
 
         result = job_result(ref, status, runner.outputs(ref, pods=pods or None))
         self._record(context, ref, status.state.value, result)
+        for name in runner.settle(ref):
+            self.log.info("stopped %s: still running after the job finished", name)
         if self.on_finish == "delete":
             self.log.info("deleting job %s (on_finish='delete')", ref.name)
             runner.stop(ref)

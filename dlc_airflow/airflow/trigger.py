@@ -108,6 +108,9 @@ class DLCJobTrigger(BaseTrigger):
                     self.log.error("%s; stopping the job", verdict.message)
                     await asyncio.to_thread(runner.stop, ref)
                 outputs = await asyncio.to_thread(runner.outputs, ref, pods or None)
+                if verdict.kind == "finished":
+                    for name in await asyncio.to_thread(runner.settle, ref):
+                        self.log.info("stopped %s: still running after the job finished", name)
                 final = progress.last
                 result = job_result(ref, final, outputs)
                 ok = verdict.kind == "finished" and final.state.value in self.succeed_on

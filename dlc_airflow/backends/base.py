@@ -28,6 +28,9 @@ from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition, parse_time
 
 __all__ = [
+    "CONFIG_MAP",
+    "JOB",
+    "SERVICE",
     "Backend",
     "BackendError",
     "ResourceKind",
@@ -175,6 +178,12 @@ class Backend(ABC):
     @abstractmethod
     def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
         """The JobStatus of the job from its current objects (and pods, if given)."""
+
+    def leftovers(self, objects: list[dict]) -> list[str]:
+        """Names of objects still running once the job as a whole has finished (they would
+        run on, holding nodes): the runner stops them. CRD backends' controllers do this
+        themselves."""
+        return []
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -29,8 +29,8 @@ each role Job on its own (no all-or-nothing across roles): use the jobset backen
 admission of multi-role jobs.
 
 TensorFlow parameter servers never exit: a job with a `ps` role succeeds when every other
-role's Job is complete (the ps Jobs are left running: delete the job's objects after
-success, as the operator does when it finishes).
+role's Job is complete; the runner then stops the ps Jobs (`leftovers`), as it stops the
+other roles' Jobs when one role's Job fails.
 """
 
 from __future__ import annotations
@@ -226,6 +226,13 @@ class NativeBackend(Backend):
         if annotations:
             metadata["annotations"] = annotations
         return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
+
+    def leftovers(self, objects: list[dict]) -> list[str]:
+        """Role Jobs still running after the job finished: parameter servers after success,
+        the other roles' Jobs after one role's Job failed."""
+        # FailureTarget / SuccessCriteriaMet: the Job controller is already finishing it
+        done = ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
+        return [o["metadata"]["name"] for o in objects if not any(condition(o, c) for c in done)]
 
     def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
         jobs = [o for o in objects if o.get("kind", "Job") == "Job"]

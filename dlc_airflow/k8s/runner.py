@@ -209,6 +209,14 @@ class KubeRunner:
         return merged
 
     # -- stop --------------------------------------------------------------------------
+    def settle(self, ref: JobRef) -> list[str]:
+        """Once the job has finished: stop the parts still running (a native job's
+        parameter servers, or its other roles after one role failed); finished objects stay."""
+        names = self.backend.leftovers(self.objects(ref))
+        for name in names:
+            self.client.delete(ref.kind, name, ref.namespace)
+        return names
+
     def stop(self, ref: JobRef) -> int:
         """Delete every object of the job (pods go with their owners); returns how many."""
         deleted = 0

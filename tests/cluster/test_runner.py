@@ -97,3 +97,38 @@ def test_stop_deletes_every_object(kube):
     assert runner.stop(ref) == 4
     assert managed(kube, JOB) == [] and managed(kube, SERVICE) == [] and managed(kube, CONFIG_MAP) == []
     assert runner.stop(ref) == 0  # idempotent
+
+
+def test_settle_stops_the_roles_left_running_after_one_role_failed(kube, admin):
+    """Native: one Job per role. The worker Job fails while the master's pod runs on; once
+    the job as a whole has failed, settle stops the master Job (and keeps the failed one)."""
+    import time
+
+    from dlc_airflow.k8s.kinds import POD
+    from dlc_airflow.status import JobState
+
+    runner = KubeRunner(kube, get_backend("native"))
+    ident = identity()
+    job = DLCJob(type="pytorch", image="registry.local/train:1", command=["train"],
+                 roles={"master": 1, "worker": 2},
+                 annotations={"pod-complete.stage.kwok.x-k8s.io/delay": "600s"})
+    ref, _ = runner.submit(job, job_name("ddp", ident, 1), ident, 1)
+    chaos = "pod-container-running-failed.stage.kwok.x-k8s.io"
+
+    def running_worker():
+        pods = kube.list(POD, labels={"dlc-airflow/role": "worker"})[0]
+        return next((p for p in pods if p["status"].get("phase") == "Running"), None)
+
+    deadline = time.monotonic() + 60
+    while (pod := running_worker()) is None:
+        assert time.monotonic() < deadline, "no worker pod ran"
+        time.sleep(0.3)
+    admin.patch(POD, pod["metadata"]["name"], {"metadata": {
+        "labels": {chaos: "true"}, "annotations": {f"{chaos}/delay": "0s"}}}, namespace=kube.namespace)
+    while runner.status(ref).state is not JobState.FAILED:
+        assert time.monotonic() < deadline + 60, runner.status(ref).summary()
+        time.sleep(0.3)
+    assert runner.settle(ref) == [f"{ref.name}-master"]
+    assert kube.get(JOB, f"{ref.name}-master") is None
+    assert kube.get(JOB, f"{ref.name}-worker") is not None  # the failed one stays for inspection
+    assert runner.settle(ref) == []  # nothing left running

@@ -452,3 +452,14 @@ def test_native_failed_restarts_from_pods():
 ])
 def test_rayjob_restarts_on_every_state(deployment, job_status, failed, restarts):
     assert ray.status([a_rayjob(deployment, job_status, failed=failed)]).restarts == restarts
+
+
+def test_native_leftovers_are_the_role_jobs_still_running():
+    def role_job(role, status):
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{NAME}-{role}"}, "status": status}
+
+    done = role_job("worker", {"conditions": [cond("Complete")], "succeeded": 2})
+    failing = role_job("chief", {"conditions": [cond("FailureTarget")], "failed": 1})
+    ps = role_job("ps", {"active": 2})
+    assert native.leftovers([done, failing, ps]) == [f"{NAME}-ps"]
+    assert get_backend("kubeflow").leftovers([ps]) == []  # the operator's controller cleans up
