@@ -28,6 +28,23 @@ from pydantic import (
 )
 
 from dlc_airflow.jobtypes import JOB_TYPES, JobType, TypeInfo
+from dlc_airflow.specfields import (  # noqa: F401 - parse_duration and is_templated are public here too
+    DNS_LABEL,
+    ENV_NAME,
+    QUANTITY,
+    MAX_REPLICAS,
+    MAX_ROLE_NAME,
+    MAX_TTL_SECONDS,
+    check_quantity,
+    has_backstep,
+    check_dns_subdomain,
+    check_label_key,
+    check_label_like,
+    check_label_value,
+    check_toleration,
+    is_templated,
+    parse_duration,
+)
 
 __all__ = [
     "DLCJob",
@@ -59,126 +76,6 @@ class SpecError(ValueError):
     """A job spec that cannot be used; the message names the field and what to do."""
 
 
-def is_templated(value: object) -> bool:
-    """True for a string Airflow will render (contains Jinja markers)."""
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
-
-
-# Kubernetes quantity: 4, 500m, 1.5, 16Gi, 1e3
-_QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
-_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
-# Longest role name: the native backend names pods <job>-<role>-<index> within 63 chars.
-MAX_ROLE_NAME = 10
-# An Indexed Job runs at most 100000 completions (and pod names keep a 5-digit index).
-MAX_REPLICAS = 100_000
-# ttlSecondsAfterFinished is an int32 in every API that has it.
-MAX_TTL_SECONDS = 2**31 - 1
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
-_TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
-
-
-def _check_quantity(value: str | int | float | None, what: str) -> str | None:
-    if value is None:
-        return None
-    text = str(value)
-    if is_templated(text):
-        return text
-    if not _QUANTITY.match(text):
-        raise ValueError(
-            f"{what} {text!r} is not a Kubernetes quantity; write e.g. 4, 500m, 16Gi"
-        )
-    return text
-
-
-def check_label_key(key: str, what: str = "label key") -> None:
-    prefix, slash, name = key.rpartition("/")
-    if slash and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
-        raise ValueError(f"{what} {key!r}: prefix must be a DNS subdomain")
-    if len(name) > 63 or not _LABEL_NAME.match(name):
-        raise ValueError(
-            f"{what} {key!r}: name must be <= 63 characters of [A-Za-z0-9-_.], "
-            "starting and ending alphanumeric"
-        )
-
-
-def check_label_value(key: str, value: str) -> None:
-    if is_templated(value):
-        return
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise ValueError(
-            f"label {key}={value!r}: value must be <= 63 characters of [A-Za-z0-9-_.], "
-            "starting and ending alphanumeric"
-        )
-
-
-def check_label_like(value: str, what: str) -> str:
-    """A value that ends up as a label value (node selectors, node affinity)."""
-    if not is_templated(value) and (not value or len(value) > 63 or not _LABEL_VALUE.match(value)):
-        raise ValueError(
-            f"{what} {value!r} must be 1-63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric"
-        )
-    return value
-
-
-def check_dns_subdomain(value: str, what: str) -> str:
-    if not is_templated(value) and (len(value) > 253 or not _DNS_SUBDOMAIN.match(value)):
-        raise ValueError(f"{what} {value!r} must be a lowercase DNS subdomain (a-z, 0-9, '-', '.')")
-    return value
-
-
-def _has_backstep(path: str) -> bool:
-    return ".." in path.split("/")
-
-
-def check_toleration(tol: dict[str, Any], where: str) -> None:
-    """What the API server checks in a toleration, named by our field."""
-    unknown = sorted(set(tol) - _TOLERATION_KEYS)
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}; a toleration has {sorted(_TOLERATION_KEYS)}")
-    operator = tol.get("operator", "Equal")
-    if operator not in ("Equal", "Exists"):
-        raise ValueError(f"{where}.operator {operator!r} must be 'Equal' or 'Exists'")
-    key, value = tol.get("key", ""), tol.get("value", "")
-    if key:
-        check_label_key(str(key))
-    elif operator != "Exists":
-        raise ValueError(f"{where}: a toleration without a key needs operator 'Exists'")
-    if operator == "Exists" and value:
-        raise ValueError(f"{where}.value must be empty when operator is 'Exists'")
-    if value:
-        check_label_value(str(key), str(value))
-    effect = tol.get("effect", "")
-    if effect not in _TOLERATION_EFFECTS:
-        raise ValueError(f"{where}.effect {effect!r} must be one of {list(_TOLERATION_EFFECTS[1:])} (or empty)")
-    if "tolerationSeconds" in tol and effect != "NoExecute":
-        raise ValueError(f"{where}.tolerationSeconds needs effect 'NoExecute'")
-
-
-def parse_duration(value: Any, what: str) -> timedelta | None:
-    """Seconds (int), a timedelta, or a string such as '90s', '30m', '2h', '1d12h'."""
-    if value is None or isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be seconds, a timedelta or a string like '2h'")
-    if isinstance(value, (int, float)):
-        return timedelta(seconds=value)
-    if isinstance(value, str):
-        match = _DURATION.match(value.strip())
-        if value.strip() and match and any(match.groups()):
-            d, h, m, s = (int(g or 0) for g in match.groups())
-            return timedelta(days=d, hours=h, minutes=m, seconds=s)
-        if value.strip().isdigit():
-            return timedelta(seconds=int(value))
-    raise ValueError(f"{what} {value!r} is not a duration; write seconds or e.g. '90s', '30m', '2h'")
-
-
 class _Model(BaseModel):
     # Unknown keys are typos more often than not: reject them, naming the key.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
@@ -202,7 +99,7 @@ class Resources(_Model):
     @field_validator("cpu", "memory", "shared_memory", "ephemeral_storage", mode="before")
     @classmethod
     def _quantity(cls, value: Any, info) -> str | None:
-        return _check_quantity(value, info.field_name)
+        return check_quantity(value, info.field_name)
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -271,7 +168,7 @@ class _Mount(_Model):
     @field_validator("sub_path")
     @classmethod
     def _relative(cls, value: str | None) -> str | None:
-        if value is not None and not is_templated(value) and (value.startswith("/") or _has_backstep(value)):
+        if value is not None and not is_templated(value) and (value.startswith("/") or has_backstep(value)):
             raise ValueError(f"sub_path {value!r} must be a relative path inside the volume, without '..'")
         return value
 
@@ -303,7 +200,7 @@ class HostPathMount(_Mount):
     @field_validator("path")
     @classmethod
     def _no_backstep(cls, value: str) -> str:
-        if _has_backstep(value):
+        if has_backstep(value):
             raise ValueError(f"path {value!r} must not contain '..'")
         return value
 
@@ -340,7 +237,7 @@ class EmptyDirMount(_Mount):
     @field_validator("size_limit", mode="before")
     @classmethod
     def _quantity(cls, value: Any) -> str | None:
-        return _check_quantity(value, "size_limit")
+        return check_quantity(value, "size_limit")
 
 
 Storage = Annotated[
@@ -549,7 +446,7 @@ class DLCJob(_Model):
             return value
         from dlc_airflow.naming import MAX_BASE_NAME
 
-        if not _DNS_LABEL.match(value):
+        if not DNS_LABEL.match(value):
             raise ValueError(
                 f"name {value!r} must be lowercase letters, digits and '-', starting with a letter"
             )
@@ -713,7 +610,7 @@ def _reserved_paths(job: DLCJob) -> dict[str, str]:
 
 def _check_env(env: dict[str, str], where: str) -> dict[str, str]:
     for key, val in env.items():
-        if not _ENV_NAME.match(key):
+        if not ENV_NAME.match(key):
             raise ValueError(
                 f"{where}: {key!r} is not a valid environment variable name: use letters, digits, '_', '-' "
                 "and '.', starting with a letter or '_'"
@@ -727,7 +624,7 @@ def _check_roles(job: DLCJob, info: TypeInfo) -> None:
     allowed = info.roles
     for role_name, role in job.roles.items():
         if allowed is None:  # custom: any single role name
-            if not _DNS_LABEL.match(role_name) or len(role_name) > MAX_ROLE_NAME:
+            if not DNS_LABEL.match(role_name) or len(role_name) > MAX_ROLE_NAME:
                 raise ValueError(
                     f"roles.{role_name}: a role name is a lowercase DNS label of at most "
                     f"{MAX_ROLE_NAME} characters"
@@ -820,7 +717,7 @@ def json_schema() -> dict[str, Any]:
         props[key]["anyOf"] = [{"type": "number", "exclusiveMinimum": 0},
                                {"type": "string", "description": "seconds, or e.g. '90s', '30m', '2h', '1d12h'"},
                                {"type": "null"}]
-    quantity = [{"type": "string", "pattern": _QUANTITY.pattern}, {"type": "number", "minimum": 0},
+    quantity = [{"type": "string", "pattern": QUANTITY.pattern}, {"type": "number", "minimum": 0},
                 {"type": "string", "pattern": r"\{\{|\{%", "description": "a Jinja template Airflow renders"},
                 {"type": "null"}]
     for model, fields in (("Resources", ("cpu", "memory", "shared_memory", "ephemeral_storage")),
