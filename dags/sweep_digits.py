@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from retraining import START, digits_jobs, storage_root
+from retraining import digits_jobs, storage_root
 
 from airflow.sdk import DAG, task
 from dlc_airflow.operators import DLCJobOperator
