@@ -113,12 +113,12 @@ class DLCJobOperator(BaseOperator):
             self.log.info("not waiting for job %s (wait_for_completion=False)", ref.name)
             return job_result(ref, status, {})
         if self.deferrable:
-            self._defer(ref, backend)
+            self._defer(ref)
         verdict, pods = wait_sync(runner, ref, self.log, queue_timeout=self.queue_timeout,
                                   timeout=self.timeout, stream_logs=self.stream_logs)
         return self._conclude(context, runner, ref, verdict, pods)
 
-    def _defer(self, ref: JobRef, backend: str) -> None:
+    def _defer(self, ref: JobRef) -> None:
         from dlc_airflow.airflow.trigger import DLCJobTrigger
 
         now = time.time()
