@@ -181,9 +181,13 @@ class Backend(ABC):
 
     def leftovers(self, objects: list[dict]) -> list[str]:
         """Names of objects still running once the job as a whole has finished (they would
-        run on, holding nodes): the runner stops them. CRD backends' controllers do this
-        themselves."""
+        run on, holding nodes): the runner stops them with `stop_patch`. CRD backends'
+        controllers do this themselves."""
         return []
+
+    def stop_patch(self) -> dict:
+        """The merge patch that stops a leftover and keeps it for inspection."""
+        raise NotImplementedError(f"the {self.name} backend has no leftovers to stop")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -30,7 +30,11 @@ admission of multi-role jobs.
 
 TensorFlow parameter servers never exit: a job with a `ps` role succeeds when every other
 role's Job is complete; the runner then stops the ps Jobs (`leftovers`), as it stops the
-other roles' Jobs when one role's Job fails.
+other roles' Jobs when one role's Job fails. It stops them without deleting them, since
+deleting the primary would delete the whole job, the failed Job too: `stop_patch` gives the
+Job a deadline already past, so the Job controller stops its pods and marks it Failed
+(DeadlineExceeded; ttlSecondsAfterFinished then applies as to any finished Job), and an
+annotation tells the status mapping that this failure is ours, not the job's.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION, JOB_INDEX,
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
+
+# on a role Job stopped by the runner after the job as a whole had finished
+SETTLED_ANNOTATION = naming.PREFIX + "settled"
 
 # Port for peers when the job type has no rendezvous port (MPI, batch, custom).
 DEFAULT_PORT = 29500
@@ -232,7 +239,12 @@ class NativeBackend(Backend):
         the other roles' Jobs after one role's Job failed."""
         # FailureTarget / SuccessCriteriaMet: the Job controller is already finishing it
         done = ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
-        return [o["metadata"]["name"] for o in objects if not any(condition(o, c) for c in done)]
+        return [o["metadata"]["name"] for o in objects
+                if not _settled(o) and not any(condition(o, c) for c in done)]
+
+    def stop_patch(self) -> dict:
+        return {"metadata": {"annotations": {SETTLED_ANNOTATION: "true"}},
+                "spec": {"activeDeadlineSeconds": 1}}
 
     def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
         jobs = [o for o in objects if o.get("kind", "Job") == "Job"]
@@ -287,6 +299,10 @@ def _failed_condition(obj: dict) -> dict | None:
     return condition(obj, "Failed") or condition(obj, "FailureTarget")
 
 
+def _settled(obj: dict) -> bool:
+    return SETTLED_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {})
+
+
 def _complete(obj: dict) -> bool:
     return bool(condition(obj, "Complete") or condition(obj, "SuccessCriteriaMet"))
 
@@ -303,14 +319,15 @@ def jobs_status(jobs: list[dict]) -> JobStatus:
         c.active += int(st.get("active") or 0)
         c.succeeded += int(st.get("succeeded") or 0)
         c.failed += int(st.get("failed") or 0)
-        failed_pods += int(st.get("failed") or 0)
+        if not _settled(obj):  # the pods the runner stopped are not failures of the job
+            failed_pods += int(st.get("failed") or 0)
 
     created = earliest((o.get("metadata") or {}).get("creationTimestamp") for o in jobs)
     started = earliest((o.get("status") or {}).get("startTime") for o in jobs)
     base = {"roles": roles, "created": created, "started": started}
 
     for obj in jobs:
-        cond = _failed_condition(obj)
+        cond = None if _settled(obj) else _failed_condition(obj)
         if cond:
             message = cond.get("message") or ""
             role = _role_of(obj)

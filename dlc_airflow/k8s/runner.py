@@ -211,10 +211,10 @@ class KubeRunner:
     # -- stop --------------------------------------------------------------------------
     def settle(self, ref: JobRef) -> list[str]:
         """Once the job has finished: stop the parts still running (a native job's
-        parameter servers, or its other roles after one role failed); finished objects stay."""
+        parameter servers, or its other roles after one role failed); every object stays."""
         names = self.backend.leftovers(self.objects(ref))
         for name in names:
-            self.client.delete(ref.kind, name, ref.namespace)
+            self.client.patch(ref.kind, name, self.backend.stop_patch(), ref.namespace)
         return names
 
     def stop(self, ref: JobRef) -> int:

@@ -8,10 +8,11 @@ import uuid
 import pytest
 
 from dlc_airflow.backends import get_backend
-from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, SERVICE, kind_of
+from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, POD, SERVICE, kind_of
 from dlc_airflow.k8s.runner import KubeRunner, OwnershipError, SubmitError
 from dlc_airflow.naming import MANAGED_BY, TaskIdentity, job_name
 from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import condition
 
 
 def mpi_job() -> DLCJob:
@@ -101,10 +102,11 @@ def test_stop_deletes_every_object(kube):
 
 def test_settle_stops_the_roles_left_running_after_one_role_failed(kube, admin):
     """Native: one Job per role. The worker Job fails while the master's pod runs on; once
-    the job as a whole has failed, settle stops the master Job (and keeps the failed one)."""
+    the job as a whole has failed, settle stops the master Job. Every object stays, though
+    the master Job is the primary that owns the rest: deleting it would take the failed
+    worker Job with it."""
     import time
 
-    from dlc_airflow.k8s.kinds import POD
     from dlc_airflow.status import JobState
 
     runner = KubeRunner(kube, get_backend("native"))
@@ -121,14 +123,38 @@ def test_settle_stops_the_roles_left_running_after_one_role_failed(kube, admin):
 
     deadline = time.monotonic() + 60
     while (pod := running_worker()) is None:
-        assert time.monotonic() < deadline, "no worker pod ran"
+        assert time.monotonic() < deadline, f"no worker pod ran: {pod_states(kube)}"
         time.sleep(0.3)
     admin.patch(POD, pod["metadata"]["name"], {"metadata": {
         "labels": {chaos: "true"}, "annotations": {f"{chaos}/delay": "0s"}}}, namespace=kube.namespace)
     while runner.status(ref).state is not JobState.FAILED:
         assert time.monotonic() < deadline + 60, runner.status(ref).summary()
         time.sleep(0.3)
+    failed = runner.status(ref)
     assert runner.settle(ref) == [f"{ref.name}-master"]
-    assert kube.get(JOB, f"{ref.name}-master") is None
+    assert runner.settle(ref) == []  # already being stopped
+
+    def stopped_master() -> dict | None:
+        """The master Job, once the Job controller has failed it and its pod runs no more."""
+        master = kube.get(JOB, f"{ref.name}-master")
+        pods = kube.list(POD, labels={"dlc-airflow/role": "master"})[0]
+        if master and condition(master, "Failed") and all(p["status"].get("phase") != "Running" for p in pods):
+            return master
+        return None
+
+    deadline = time.monotonic() + 60
+    while not (master := stopped_master()):
+        assert time.monotonic() < deadline, f"the master kept running: {pod_states(kube)}"
+        time.sleep(0.3)
+    assert condition(master, "Failed")["reason"] == "DeadlineExceeded"
     assert kube.get(JOB, f"{ref.name}-worker") is not None  # the failed one stays for inspection
-    assert runner.settle(ref) == []  # nothing left running
+    assert kube.get(SERVICE, ref.name) is not None
+    after = runner.status(ref)  # still the worker's failure, not the stop
+    assert (after.state, after.reason, after.message, after.restarts) == (
+        failed.state, failed.reason, failed.message, failed.restarts)
+
+
+def pod_states(kube) -> list[tuple]:
+    return [(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"),
+             [c.get("reason") or c["type"] for c in p["status"].get("conditions", [])])
+            for p in kube.list(POD)[0]]

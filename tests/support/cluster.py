@@ -71,6 +71,32 @@ class TestCluster:
         if not self.local_workdir:
             raise ClusterUnavailable("restarting kube-apiserver needs the local control plane")
         subprocess.run([str(K8S_LOCAL), "restart-apiserver"], check=True, timeout=180)
+        self.wait_until_jobs_run()
+
+    def wait_until_jobs_run(self, timeout: float = 180) -> None:
+        """The controllers reconnect to a restarted API server in their own time (client-go
+        backs off: measured up to ~55 s before the Job controller made a pod again): wait
+        until a Job runs to Complete, so that what comes next starts on a whole cluster (and
+        a control plane that never recovers says so here)."""
+        import time
+
+        from dlc_airflow.k8s.kinds import JOB
+        from dlc_airflow.status import condition
+
+        admin = self.admin(SA_NAMESPACE)
+        name = f"probe-{uuid.uuid4().hex[:8]}"
+        admin.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": {
+            "backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                                                     "containers": [{"name": "probe", "image": "probe"}]}}}})
+        try:
+            deadline = time.monotonic() + timeout
+            while not condition(admin.get(JOB, name) or {}, "Complete"):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no Job completes {timeout:.0f} s after the API server restart: "
+                                         f"{admin.get(JOB, name)}")
+                time.sleep(0.3)
+        finally:
+            admin.delete(JOB, name)
 
 
 def ensure_service_account(admin: KubeClient) -> None:

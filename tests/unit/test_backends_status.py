@@ -463,3 +463,27 @@ def test_native_leftovers_are_the_role_jobs_still_running():
     ps = role_job("ps", {"active": 2})
     assert native.leftovers([done, failing, ps]) == [f"{NAME}-ps"]
     assert get_backend("kubeflow").leftovers([ps]) == []  # the operator's controller cleans up
+    stopped = role_job("ps", {"active": 2})
+    stopped["metadata"]["annotations"] = native.stop_patch()["metadata"]["annotations"]
+    assert native.leftovers([done, stopped]) == []  # already being stopped
+
+
+def test_native_jobs_the_runner_stopped_do_not_change_the_jobs_outcome():
+    def role_job(role, status, settled=False):
+        meta = {"name": f"{NAME}-{role}", "labels": {"dlc-airflow/role": role}}
+        if settled:
+            meta["annotations"] = native.stop_patch()["metadata"]["annotations"]
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                "spec": {"completions": 1}, "status": status}
+
+    deadline = {"conditions": [cond("Failed", reason="DeadlineExceeded")], "failed": 1}
+    # parameter servers stopped after the chief and workers completed: still a success
+    ok = native.status([role_job("chief", {"conditions": [cond("Complete")], "succeeded": 1}),
+                        role_job("ps", deadline, settled=True)])
+    assert (ok.state, ok.restarts) == (JobState.SUCCEEDED, 0)
+    # the master stopped after the worker failed: the worker's failure is the job's
+    failed = native.status([role_job("master", deadline, settled=True),
+                            role_job("worker", {"conditions": [cond("Failed", reason="PodFailurePolicy",
+                                                                    message="exit code 3")], "failed": 1})])
+    assert (failed.state, failed.reason, failed.message) == (JobState.FAILED, "PodFailurePolicy",
+                                                             "worker: exit code 3")
