@@ -8,21 +8,24 @@ finished, queued too long, or out of time. The waiting loops only do the I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from dlc_airflow.status import JobState, JobStatus
 
 QUEUED_STATES = frozenset({JobState.PENDING, JobState.QUEUED})
 
 
+class VerdictKind(str, Enum):
+    FINISHED = "finished"  # the job reached a terminal state
+    QUEUE_TIMEOUT = "queue_timeout"  # not running within queue_timeout
+    TIMEOUT = "timeout"  # not finished within timeout
+
+
 @dataclass(frozen=True)
 class Verdict:
-    kind: str  # "finished", "queue_timeout", "timeout"
+    kind: VerdictKind
     status: JobStatus
     message: str
-
-    @property
-    def succeeded(self) -> bool:
-        return self.kind == "finished" and self.status.state == JobState.SUCCEEDED
 
 
 class Progress:
@@ -71,17 +74,17 @@ class Progress:
         if status is None:
             return None
         if status.terminal:
-            return Verdict("finished", status, f"job {self.job} {status.state.value.lower()}"
+            return Verdict(VerdictKind.FINISHED, status, f"job {self.job} {status.state.value.lower()}"
                            + (f": {status.reason}" if status.reason else "")
                            + (f" - {status.message}" if status.message else ""))
         if (self.queue_timeout is not None and self.queued_since is not None
                 and now - self.queued_since >= self.queue_timeout):
             why = status.message or f"no replica started ({status.state.value})"
-            return Verdict("queue_timeout", status,
+            return Verdict(VerdictKind.QUEUE_TIMEOUT, status,
                            f"job {self.job} was not scheduled within queue_timeout "
                            f"({_human(self.queue_timeout)}): {why}")
         if self.deadline is not None and now >= self.deadline:
-            return Verdict("timeout", status, f"job {self.job} did not finish within timeout "
+            return Verdict(VerdictKind.TIMEOUT, status, f"job {self.job} did not finish within timeout "
                            f"({_human(self.deadline - self.started)}); last state {status.summary()}")
         return None
 
@@ -102,3 +105,13 @@ def _human(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+
+
+def terminal_verdict(job: str, status: JobStatus) -> Verdict:
+    """The verdict on a job found already finished (adopted, or done before the wait)."""
+    progress = Progress(job, 0.0)
+    progress.update(status, 0.0)
+    verdict = progress.verdict(0.0)
+    if verdict is None or verdict.kind is not VerdictKind.FINISHED:
+        raise ValueError(f"job {job} is not finished: {status.summary()}")
+    return verdict

@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowTaskTimeout
 
+from dlc_airflow.finish import OnFinish
+from dlc_airflow.jobref import JobRef
 from dlc_airflow.spec import DLCJob, SpecError, load_job, parse_duration, parse_job
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from dlc_airflow.k8s.runner import JobRef
+    from dlc_airflow.naming import TaskIdentity
+    from dlc_airflow.progress import Verdict
+    from dlc_airflow.runner import JobRunner
     from dlc_airflow.status import JobStatus
+    from dlc_airflow.submission import Submission
 
 STATE_KEY = "dlc_job"  # task state store key (durable execution, Airflow 3.3+)
 XCOM_REF = "dlc_job"  # XCom key of the job's whereabouts (pushed as soon as it exists)
@@ -58,7 +64,7 @@ class DLCJobOperator(BaseOperator):
                  conn_id: str = "kubernetes_default", wait_for_completion: bool = True,
                  deferrable: bool | None = None, stream_logs: bool = True,
                  queue_timeout: int | float | timedelta | str | None = None,
-                 timeout: int | float | timedelta | str | None = None, on_finish: str = "keep",
+                 timeout: int | float | timedelta | str | None = None, on_finish: str | OnFinish = OnFinish.KEEP,
                  reuse_succeeded: bool = True, local_root: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         spec = _load(job, self)
@@ -71,14 +77,13 @@ class DLCJobOperator(BaseOperator):
         self.stream_logs = stream_logs
         self.queue_timeout = _seconds(queue_timeout, "queue_timeout")
         self.timeout = _seconds(timeout, "timeout")
-        if on_finish not in ("keep", "delete"):
-            raise ValueError(f"{self.task_id}: on_finish must be 'keep' or 'delete', not {on_finish!r}")
-        self.on_finish = on_finish
+        self.on_finish = OnFinish.parse(on_finish, self.task_id).value  # a plain str: it is serialized
         self.reuse_succeeded = reuse_succeeded
         self.local_root = local_root
         self._check_backend(spec)
         self._ref: JobRef | None = None
-        self._runner: Any = None
+        self._runner: JobRunner | None = None
+        self._try = 0
 
     # -- parse-time checks ---------------------------------------------------------------
     def _check_backend(self, spec: DLCJob) -> None:
@@ -95,28 +100,63 @@ class DLCJobOperator(BaseOperator):
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
         from dlc_airflow.airflow.runners import make_runner, resolve_backend
-        from dlc_airflow.airflow.waiting import job_result, wait_sync
+        from dlc_airflow.submission import Action
 
         job = self._rendered_job()
         backend = resolve_backend(self.backend, self.conn_id)
         self.log.info("DLC %s job on the %s backend (%d replicas: %s)", job.type.value, backend,
                       job.total_replicas(), ", ".join(f"{r}={v.replicas}" for r, v in job.roles.items()))
-        self._runner = runner = make_runner(backend, self.conn_id, self.namespace, local_root=self.local_root)
-        ref, status, cached = self._submit_or_adopt(runner, job, context)
-        if cached is not None:
-            return cached
+        identity = task_identity(context)
+        self._try = identity.try_number
+        store = context.get("task_state_store")
+        with _user_errors():
+            self._runner = runner = make_runner(backend, self.conn_id, self.namespace, local_root=self.local_root)
+            submission = self._submit_or_adopt(runner, job, identity, store)
+        if submission.action is Action.RECORDED:
+            return submission.recorded_result
+        ref, status = submission.ref, submission.status
+        assert ref is not None and status is not None
         self._ref = ref
-        context["ti"].xcom_push(key=XCOM_REF, value=ref.to_dict())
+        _set(store, STATE_KEY, {**ref.to_dict(), "state": "SUBMITTED"})
+        try:
+            context["ti"].xcom_push(key=XCOM_REF, value=ref.to_dict())
+            return self._wait(context, runner, ref, status)
+        except JobDidNotSucceed:
+            raise
+        except (Exception, AirflowTaskTimeout):
+            # Anything that goes wrong past the submit: the job must not run on unattended.
+            self._stop_after_error(runner, ref)
+            raise
+
+    def _submit_or_adopt(self, runner: JobRunner, job: DLCJob, identity: TaskIdentity, store: Any) -> Submission:
+        from dlc_airflow.submission import submit_or_adopt
+
+        return submit_or_adopt(runner, job, identity, base_name=job.name or self.task_id,
+                               reuse_succeeded=self.reuse_succeeded, recorded=_get(store, STATE_KEY), log=self.log)
+
+    def _wait(self, context: Context, runner: JobRunner, ref: JobRef, status: JobStatus) -> Any:
+        from dlc_airflow.airflow.waiting import wait_sync
+        from dlc_airflow.finish import job_result
+        from dlc_airflow.progress import terminal_verdict
+
         if status.terminal:  # adopted a finished job, or a very fast one: no wait, no deferral
-            return self._finish(context, runner, ref, status, [])
+            return self._finish(context, runner, ref, terminal_verdict(ref.name, status), [])
         if not self.wait_for_completion:
             self.log.info("not waiting for job %s (wait_for_completion=False)", ref.name)
             return job_result(ref, status, {})
         if self.deferrable:
             self._defer(ref)
-        verdict, pods = wait_sync(runner, ref, self.log, queue_timeout=self.queue_timeout,
-                                  timeout=self.timeout, stream_logs=self.stream_logs)
-        return self._conclude(context, runner, ref, verdict, pods)
+        with _user_errors():
+            verdict, pods = wait_sync(runner, ref, self.log, queue_timeout=self.queue_timeout,
+                                      timeout=self.timeout, stream_logs=self.stream_logs)
+        return self._finish(context, runner, ref, verdict, pods)
+
+    def _finish(self, context: Context, runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict]) -> Any:
+        from dlc_airflow.finish import finish
+
+        outcome = finish(runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish), log=self.log,
+                         record=self._recorder(context))
+        return _result(outcome.ok, outcome.result, outcome.error)
 
     def _defer(self, ref: JobRef) -> None:
         from dlc_airflow.airflow.trigger import DLCJobTrigger
@@ -126,7 +166,7 @@ class DLCJobOperator(BaseOperator):
             ref=ref.to_dict(), conn_id=self.conn_id, namespace=self.namespace, local_root=self.local_root,
             deadline=now + self.timeout if self.timeout else None, queue_timeout=self.queue_timeout,
             queued_since=now, stream_logs=self.stream_logs, on_finish=self.on_finish,
-            end_from_trigger=True,
+            end_from_trigger=True, try_number=self._try,
         )
         # Airflow does not enforce execution_timeout while deferred: the trigger enforces
         # `timeout` itself (stopping the job); this backstop only ends a wedged trigger.
@@ -134,116 +174,29 @@ class DLCJobOperator(BaseOperator):
         self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
 
     def execute_complete(self, context: Context, event: Any = None) -> Any:
-        """Back from the trigger (dag.test and end_from_trigger=False land here)."""
-        from dlc_airflow.airflow.runners import make_runner
-        from dlc_airflow.airflow.waiting import job_result
-        from dlc_airflow.k8s.runner import JobRef
+        """Back from the trigger (dag.test, and triggers that do not end the task themselves)."""
+        from dlc_airflow.airflow.event import JobEvent
 
-        if isinstance(event, dict) and "ref" in event:
-            ref = JobRef.from_dict(event["ref"])
-            if event.get("error"):
-                raise AirflowException(event["error"])
-            return event.get("result")
-        # A TaskSuccessEvent/TaskFailedEvent payload ("success"/"failed") when run inline
-        # by dag.test: the job is where the trigger left it; read its final state.
-        data = context["ti"].xcom_pull(task_ids=self.task_id, key=XCOM_REF, map_indexes=context["ti"].map_index)
-        if not data:
-            raise AirflowException(f"{self.task_id}: resumed without the job's reference")
-        ref = JobRef.from_dict(data)
-        if str(event).lower().startswith("fail"):
-            raise AirflowException(f"job {ref.name} did not succeed (see the trigger's log above)")
-        runner = make_runner(ref.backend, self.conn_id, self.namespace, local_root=self.local_root)
-        status = runner.status(ref)
-        if status.state.value == "SUCCEEDED":
-            return job_result(ref, status, runner.outputs(ref))
-        if self.on_finish == "delete" and status.reason == "NotFound":
-            # the trigger took the result and deleted the job, as asked
-            from dlc_airflow.status import JobState
+        if JobEvent.is_payload(event):
+            job_event = JobEvent.from_dict(event)
+        else:  # dag.test resumes with the end event's state only: read the job itself
+            ti = context["ti"]
+            data = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REF, map_indexes=ti.map_index)
+            if not data:
+                raise AirflowException(f"{self.task_id}: resumed without the job's reference")
+            from dlc_airflow.airflow.runners import make_runner
 
-            return job_result(ref, status.model_copy(update={"state": JobState.SUCCEEDED, "message": ""}), {})
-        raise AirflowException(f"job {ref.name} did not succeed: {status.summary()}")
+            ref = JobRef.from_dict(data)
+            runner = make_runner(ref.backend, self.conn_id, self.namespace, local_root=self.local_root)
+            job_event = JobEvent.from_task_end(event, ref, runner, OnFinish(self.on_finish))
+        self._recorder(context)({**job_event.ref.to_dict(), "state": job_event.result.get("state"),
+                                 "result": job_event.result})
+        return _result(job_event.ok, job_event.result, job_event.error)
 
-    def _conclude(self, context: Context, runner: Any, ref: JobRef, verdict: Any, pods: list[dict]) -> Any:
-        if verdict.kind != "finished":
-            self.log.error("%s; stopping the job", verdict.message)
-            runner.stop(ref)
-            raise AirflowException(verdict.message)
-        return self._finish(context, runner, ref, verdict.status, pods)
-
-    def _finish(self, context: Context, runner: Any, ref: JobRef, status: JobStatus, pods: list[dict]) -> Any:
-        from dlc_airflow.airflow.waiting import job_result
-
-        result = job_result(ref, status, runner.outputs(ref, pods=pods or None))
-        self._record(context, ref, status.state.value, result)
-        for name in runner.settle(ref):
-            self.log.info("stopped %s: still running after the job finished", name)
-        if self.on_finish == "delete":
-            self.log.info("deleting job %s (on_finish='delete')", ref.name)
-            runner.stop(ref)
-        if status.state.value != "SUCCEEDED":
-            raise AirflowException(f"job {ref.name} {status.state.value.lower()}: {status.reason} "
-                                   f"{('- ' + status.message) if status.message else ''}".strip())
-        self.log.info("job %s succeeded (queued %ss, ran %ss, %d restarts)", ref.name,
-                      _round(result["queued_seconds"]), _round(result["running_seconds"]), status.restarts)
-        return result
-
-    # -- idempotency ---------------------------------------------------------------------
-    def _submit_or_adopt(self, runner: Any, job: DLCJob, context: Context) -> tuple[JobRef, JobStatus, Any]:
-        """Adopt this task instance's live job, take a succeeded one's result, or submit the
-        next attempt after a failed one. Never two live jobs for one task instance."""
-        from dlc_airflow.k8s.runner import OwnershipError, SubmitError
-        from dlc_airflow.naming import job_name
-
-        identity = self._identity(context)
+    # -- durable execution ---------------------------------------------------------------
+    def _recorder(self, context: Context) -> Callable[[dict], None]:
         store = context.get("task_state_store")
-        kind = runner.backend.kind(job) if hasattr(runner, "backend") else None
-        existing = runner.find(identity, kind)
-        recorded = _get(store, STATE_KEY)
-        attempt = 1
-        if existing:
-            newest = existing[-1]
-            status = runner.status(newest)
-            if not status.terminal:
-                self.log.info("adopting job %s (attempt %d), which this task started earlier: %s",
-                              newest.name, newest.attempt, status.summary())
-                return newest, status, None
-            if status.state.value == "SUCCEEDED" and self.reuse_succeeded:
-                self.log.info("job %s (attempt %d) already succeeded: taking its result", newest.name, newest.attempt)
-                return newest, status, None
-            self.log.warning("job %s (attempt %d) ended %s; submitting attempt %d", newest.name,
-                             newest.attempt, status.summary(), newest.attempt + 1)
-            attempt = newest.attempt + 1
-        elif recorded:
-            # The job itself is gone (deleted, or TTL); the store remembers how it went.
-            if recorded.get("state") == "SUCCEEDED" and self.reuse_succeeded and recorded.get("result"):
-                self.log.info("job %s already succeeded (recorded in the task state store)", recorded.get("name"))
-                return None, None, recorded["result"]  # type: ignore[return-value]
-            attempt = int(recorded.get("attempt", 0)) + 1
-        name = job_name(job.name or self.task_id, identity, attempt)
-        try:
-            ref, created = runner.submit(job, name, identity, attempt)
-        except OwnershipError as exc:
-            raise AirflowFailException(str(exc)) from exc
-        except SubmitError as exc:
-            cause = exc.__cause__
-            permanent = getattr(cause, "status", 0) in (400, 403, 404, 422)
-            raise (AirflowFailException if permanent else AirflowException)(str(exc)) from exc
-        _set(store, STATE_KEY, {**ref.to_dict(), "state": "SUBMITTED"})
-        self.log.info("%s job %s (attempt %d) in %s", "submitted" if created else "adopted", ref.name,
-                      attempt, ref.namespace)
-        return ref, runner.status(ref), None
-
-    def _identity(self, context: Context):
-        from dlc_airflow.naming import TaskIdentity
-
-        ti = context["ti"]
-        dag_run = context.get("dag_run")
-        return TaskIdentity(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
-                            map_index=ti.map_index if ti.map_index is not None else -1,
-                            try_number=ti.try_number, clear_number=getattr(dag_run, "clear_number", 0) or 0)
-
-    def _record(self, context: Context, ref: JobRef, state: str, result: dict) -> None:
-        _set(context.get("task_state_store"), STATE_KEY, {**ref.to_dict(), "state": state, "result": result})
+        return lambda entry: _set(store, STATE_KEY, entry)
 
     def _rendered_job(self) -> DLCJob:
         try:
@@ -253,9 +206,55 @@ class DLCJobOperator(BaseOperator):
 
     # -- kill ----------------------------------------------------------------------------
     def on_kill(self) -> None:
+        """The task was killed: stop its job, unless a newer try has adopted it (after a
+        scheduler restart Airflow may reset a task whose old process still runs)."""
+        from dlc_airflow.submission import stop_if_owner
+
         if self._ref is not None and self._runner is not None:
-            self.log.info("task killed: stopping job %s", self._ref.name)
-            self._runner.stop(self._ref)
+            self.log.info("task killed")
+            stop_if_owner(self._runner, self._ref, self._try, self.log)
+
+    def _stop_after_error(self, runner: JobRunner, ref: JobRef) -> None:
+        from dlc_airflow.submission import stop_if_owner
+
+        try:
+            if not runner.status(ref).terminal:
+                self.log.error("the task failed while job %s runs: stopping the job", ref.name)
+                stop_if_owner(runner, ref, self._try, self.log)
+        except Exception as exc:  # noqa: BLE001 - the task's own error is the one to report
+            self.log.warning("could not stop job %s: %s", ref.name, exc)
+
+
+class JobDidNotSucceed(AirflowException):
+    """The job ended without success (or ran out of time); Airflow retries as configured."""
+
+
+def _result(ok: bool, result: dict, error: str | None) -> dict:
+    if not ok:
+        raise JobDidNotSucceed(error or f"job {result.get('job_name')} did not succeed")
+    return result
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Errors no retry can fix (a refused spec, a forbidden namespace, bad credentials)
+    fail the task at once; the others leave it to Airflow's retries."""
+    try:
+        yield
+    except Exception as exc:
+        if getattr(exc, "permanent", False) and not isinstance(exc, AirflowFailException):
+            raise AirflowFailException(str(exc)) from exc
+        raise
+
+
+def task_identity(context: Context) -> TaskIdentity:
+    from dlc_airflow.naming import TaskIdentity
+
+    ti = context["ti"]
+    dag_run = context.get("dag_run")
+    return TaskIdentity(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
+                        map_index=ti.map_index if ti.map_index is not None else -1,
+                        try_number=ti.try_number, clear_number=getattr(dag_run, "clear_number", 0) or 0)
 
 
 def _load(job: DLCJob | dict | str | os.PathLike, op: BaseOperator) -> DLCJob:
@@ -272,10 +271,6 @@ def _load(job: DLCJob | dict | str | os.PathLike, op: BaseOperator) -> DLCJob:
 def _seconds(value: Any, what: str) -> float | None:
     duration = parse_duration(value, what)
     return duration.total_seconds() if duration is not None else None
-
-
-def _round(value: float | None) -> str:
-    return "?" if value is None else f"{value:.1f}"
 
 
 def _get(store: Any, key: str) -> Any:

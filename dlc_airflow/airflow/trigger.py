@@ -18,18 +18,20 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
-from dlc_airflow.k8s.runner import JobRef
+from dlc_airflow.airflow.event import JobEvent
+from dlc_airflow.finish import OnFinish, finish
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.local.jobrunner import LOCAL
 from dlc_airflow.progress import Progress
-
-LOCAL = "local"
+from dlc_airflow.runner import JobRunner
 
 
 class DLCJobTrigger(BaseTrigger):
     def __init__(self, *, ref: dict, conn_id: str = "kubernetes_default", namespace: str | None = None,
                  local_root: str | None = None, deadline: float | None = None,
                  queue_timeout: float | None = None, queued_since: float | None = None,
-                 stream_logs: bool = True, on_finish: str = "keep", end_from_trigger: bool = True,
-                 succeed_on: tuple[str, ...] = ("SUCCEEDED",)):
+                 stream_logs: bool = True, on_finish: str = OnFinish.KEEP.value, end_from_trigger: bool = True,
+                 try_number: int | None = None):
         super().__init__()
         self.ref = ref
         self.conn_id = conn_id
@@ -39,19 +41,21 @@ class DLCJobTrigger(BaseTrigger):
         self.queue_timeout = queue_timeout
         self.queued_since = queued_since
         self.stream_logs = stream_logs
-        self.on_finish = on_finish
+        self.on_finish = OnFinish.parse(on_finish, "DLCJobTrigger").value
         self.end_from_trigger = end_from_trigger
-        self.succeed_on = tuple(succeed_on)
+        # of the operator task that deferred; None for a sensor, which only watches the job
+        # (it never stops, settles or deletes it)
+        self.try_number = try_number
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "ref": self.ref, "conn_id": self.conn_id, "namespace": self.namespace,
             "local_root": self.local_root, "deadline": self.deadline, "queue_timeout": self.queue_timeout,
             "queued_since": self.queued_since, "stream_logs": self.stream_logs, "on_finish": self.on_finish,
-            "end_from_trigger": self.end_from_trigger, "succeed_on": list(self.succeed_on),
+            "end_from_trigger": self.end_from_trigger, "try_number": self.try_number,
         })
 
-    async def _runner(self) -> Any:
+    async def _runner(self) -> JobRunner:
         from dlc_airflow.airflow.runners import shared_runner
 
         ref = JobRef.from_dict(self.ref)
@@ -63,7 +67,7 @@ class DLCJobTrigger(BaseTrigger):
                                        extras=extras, local_root=self.local_root)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from dlc_airflow.airflow.waiting import LogCursor, job_result
+        from dlc_airflow.airflow.waiting import LogCursor
 
         ref = JobRef.from_dict(self.ref)
         runner = await self._runner()
@@ -77,7 +81,7 @@ class DLCJobTrigger(BaseTrigger):
         cursor = LogCursor()
         loop = asyncio.get_running_loop()
         updates: asyncio.Queue = asyncio.Queue()
-        follower = runner.follower(ref)
+        follower = runner.follow(ref)
         await asyncio.to_thread(follower.start, lambda s, p: loop.call_soon_threadsafe(updates.put_nowait, (s, p)))
         self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.namespace)
         pods: list[dict] = []
@@ -104,41 +108,33 @@ class DLCJobTrigger(BaseTrigger):
                     await asyncio.to_thread(cursor.emit, runner, ref, self.log, pods or None)
                 if verdict is None:
                     continue
-                if verdict.kind != "finished":
-                    self.log.error("%s; stopping the job", verdict.message)
-                    await asyncio.to_thread(runner.stop, ref)
-                outputs = await asyncio.to_thread(runner.outputs, ref, pods or None)
-                if verdict.kind == "finished":
-                    for name in await asyncio.to_thread(runner.settle, ref):
-                        self.log.info("stopped %s: still running after the job finished", name)
-                final = progress.last
-                result = job_result(ref, final, outputs)
-                ok = verdict.kind == "finished" and final.state.value in self.succeed_on
-                if self.on_finish == "delete" and verdict.kind == "finished":
-                    self.log.info("deleting job %s (on_finish='delete')", ref.name)
-                    await asyncio.to_thread(runner.stop, ref)
-                if ok:
-                    self.log.info("job %s succeeded", ref.name)
-                else:
-                    self.log.error("%s", verdict.message)
-                yield self._event(ref, result, ok, None if ok else verdict.message)
+                # The triggerer cannot reach the task state store (Airflow 3.3): the worker
+                # records the job when it defers, and the result when it resumes.
+                outcome = await asyncio.to_thread(finish, runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish),
+                                                  log=self.log, owner=self.try_number is not None)
+                yield self._event(JobEvent(ref, outcome.ok, outcome.result, outcome.error))
                 return
         finally:
             await asyncio.to_thread(follower.close)
 
-    def _event(self, ref: JobRef, result: dict, ok: bool, error: str | None) -> TriggerEvent:
+    def _event(self, event: JobEvent) -> TriggerEvent:
         if self.end_from_trigger:
-            if ok:
-                return TaskSuccessEvent(xcoms={"return_value": result})
-            return TaskFailedEvent(xcoms={"return_value": result})
-        return TriggerEvent({"ref": ref.to_dict(), "result": result, "error": error})
+            end = TaskSuccessEvent if event.ok else TaskFailedEvent
+            return end(xcoms={"return_value": event.result})
+        return TriggerEvent(event.to_dict())
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task: stop its job (not on triggerer restarts)."""
+        """The user killed the deferred task: stop its job (not on triggerer restarts), unless
+        a newer try of the task has adopted it."""
+        from dlc_airflow.submission import stop_if_owner
+
         ref = JobRef.from_dict(self.ref)
+        if self.try_number is None:  # a sensor's wait: the job is not this task's to stop
+            self.log.info("task killed while deferred; job %s is not its own and keeps running", ref.name)
+            return
         runner = await self._runner()
-        self.log.info("task killed while deferred: stopping job %s", ref.name)
-        await asyncio.to_thread(runner.stop, ref)
+        self.log.info("task killed while deferred")
+        await asyncio.to_thread(stop_if_owner, runner, ref, self.try_number, self.log)
 
 
 async def _connection_extras(conn_id: str) -> dict:

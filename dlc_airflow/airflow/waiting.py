@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlc_airflow.k8s.runner import JobRef
+from dlc_airflow.jobref import JobRef
 from dlc_airflow.progress import Progress, Verdict
+from dlc_airflow.runner import JobRunner
 from dlc_airflow.status import JobStatus
 
 LOG_EVERY = 2.0  # seconds between log fetches while a job runs (sync waits)
@@ -31,7 +32,7 @@ class LogCursor:
     positions: dict[str, Any] = field(default_factory=dict)
     seen_events: set[str] = field(default_factory=set)
 
-    def emit(self, runner: Any, ref: JobRef, log: logging.Logger, pods: list[dict] | None,
+    def emit(self, runner: JobRunner, ref: JobRef, log: logging.Logger | Any, pods: list[dict] | None,
              events: bool = True) -> int:
         """Log new pod log lines and Events; returns how many lines were logged."""
         count = 0
@@ -77,8 +78,8 @@ def _event_time(event: dict) -> str:
     return event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or ""
 
 
-def wait_sync(runner: Any, ref: JobRef, log: logging.Logger, *, queue_timeout: float | None,
-              timeout: float | None, stream_logs: bool, cancel: threading.Event | None = None) -> tuple[Verdict, list[dict]]:
+def wait_sync(runner: JobRunner, ref: JobRef, log: logging.Logger | Any, *, queue_timeout: float | None,
+              timeout: float | None, stream_logs: bool) -> tuple[Verdict, list[dict]]:
     """Follow the job until a verdict; logs progress (and the job's logs) on the way."""
     progress = Progress(ref.name, time.monotonic(), queue_timeout=queue_timeout, timeout=timeout)
     cursor = LogCursor()
@@ -90,7 +91,7 @@ def wait_sync(runner: Any, ref: JobRef, log: logging.Logger, *, queue_timeout: f
             updates.append((status, pods))
             arrived.notify()
 
-    follower = runner.follower(ref)
+    follower = runner.follow(ref)
     follower.start(on_status)
     pods: list[dict] = []
     last_logs = last_events = 0.0
@@ -117,29 +118,5 @@ def wait_sync(runner: Any, ref: JobRef, log: logging.Logger, *, queue_timeout: f
                 last_events = now if with_events else last_events
             if verdict:
                 return verdict, pods
-            if cancel is not None and cancel.is_set():
-                raise InterruptedError(f"wait on job {ref.name} cancelled")
     finally:
         follower.close()
-
-
-def job_result(ref: JobRef, status: JobStatus, outputs: dict | None) -> dict[str, Any]:
-    """What a finished task returns (its XCom): where the job ran, how it went, what it reported."""
-    durations = status.durations()
-    outputs = outputs or {}
-    return {
-        "job_name": ref.name,
-        "namespace": ref.namespace,
-        "backend": ref.backend,
-        "uid": ref.uid,
-        "attempt": ref.attempt,
-        "state": status.state.value,
-        "reason": status.reason,
-        "message": status.message,
-        "restarts": status.restarts,
-        "queued_seconds": durations["queued_seconds"],
-        "running_seconds": durations["running_seconds"],
-        "roles": {role: counts.model_dump() for role, counts in status.roles.items()},
-        "metrics": outputs.get("metrics", {}),
-        "outputs": outputs.get("outputs", {}),
-    }

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
+from dlc_airflow.backends.base import Backend
+from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import Conflict, KubeClient, KubeError
 from dlc_airflow.k8s.kinds import EVENT, POD, ResourceKind, kind_of
-from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE, LABEL_TASK_KEY, TaskIdentity, task_labels
+from dlc_airflow.k8s.waiter import JobWaiter
+from dlc_airflow.naming import (
+    LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE, LABEL_TASK_KEY, LABEL_TRY, PREFIX, TaskIdentity, task_labels,
+)
+from dlc_airflow.runner import OwnershipError, SubmitError
+from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobStatus
 
 log = logging.getLogger(__name__)
@@ -25,67 +32,36 @@ log = logging.getLogger(__name__)
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-class SubmitError(Exception):
-    """The API server refused the job; nothing of it is left behind."""
-
-
-class OwnershipError(SubmitError):
-    """An object with the job's name exists and belongs to another task instance."""
-
-
-@dataclass(frozen=True)
-class JobRef:
-    """Where a submitted job lives: enough to find it again from any process."""
-
-    name: str
-    namespace: str
-    backend: str
-    kind: ResourceKind  # the kind waiters watch
-    kinds: tuple[ResourceKind, ...] = field(default=())  # every kind the job created
-    attempt: int = 1
-    uid: str = ""  # of the primary object, once known
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "namespace": self.namespace, "backend": self.backend,
-            "attempt": self.attempt, "uid": self.uid, "kind": _kind_dict(self.kind),
-            "kinds": [_kind_dict(k) for k in self.kinds],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobRef:
-        return cls(name=data["name"], namespace=data["namespace"], backend=data["backend"],
-                   kind=ResourceKind(**data["kind"]), kinds=tuple(ResourceKind(**k) for k in data["kinds"]),
-                   attempt=int(data.get("attempt", 1)), uid=data.get("uid", ""))
-
-
-def _kind_dict(kind: ResourceKind) -> dict[str, Any]:
-    return {"api_version": kind.api_version, "kind": kind.kind, "plural": kind.plural,
-            "namespaced": kind.namespaced}
+# Which task try owns the job now: the try that created it (label dlc-airflow/try) or a
+# later one that adopted it (this annotation on the primary object).
+CLAIMED_TRY = PREFIX + "claimed-try"
+# API statuses after which submitting again cannot help.
+PERMANENT_STATUSES = (400, 401, 403, 404, 422)
 
 
 class KubeRunner:
-    def __init__(self, client: KubeClient, backend: Any, namespace: str | None = None,
+    """The JobRunner of the Kubernetes backends (see dlc_airflow.runner)."""
+
+    def __init__(self, client: KubeClient, backend: Backend, namespace: str | None = None,
                  cluster_key: str | None = None):
         self.client = client
         self.backend = backend
+        self.backend_name = backend.name
         self.namespace = namespace or client.namespace
         # waits on the same cluster (and credentials) share one watch per namespace and kind
         self.cluster_key = cluster_key or client.server
 
-    def follower(self, ref: JobRef) -> Any:
-        """Something that reports the job's status changes (see waiter.JobWaiter)."""
-        from dlc_airflow.k8s.waiter import JobWaiter
-
-        return JobWaiter(self, ref, self.cluster_key)
+    def follow(self, ref: JobRef) -> JobWaiter:
+        """Reports the job's status changes through the process's shared watches."""
+        return JobWaiter(self.client, self.backend, ref, self.cluster_key)
 
     # -- submit / find -----------------------------------------------------------------
-    def ref(self, job: Any, name: str, attempt: int = 1) -> JobRef:
+    def ref(self, job: DLCJob, name: str, attempt: int = 1) -> JobRef:
         return JobRef(name=name, namespace=self.namespace, backend=self.backend.name,
                       kind=self.backend.kind(job), kinds=tuple(self.backend.kinds(job)), attempt=attempt)
 
-    def submit(self, job: Any, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
-        """Create the job's objects, or adopt them; returns (ref, created anything)."""
+    def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
+        """Create the job's objects, or complete and adopt them; returns (ref, created anything)."""
         objects = self.backend.render(job, name, identity, attempt)
         ref = self.ref(job, name, attempt)
         created: list[dict] = []
@@ -103,7 +79,8 @@ class KubeRunner:
             self._roll_back(created)
             what = f"{obj['kind']} {obj['metadata']['name']}"
             raise SubmitError(f"submitting job {name} to namespace {self.namespace} failed at {what}: "
-                              f"{exc.message or exc.reason} ({exc.status or 'no response'})") from exc
+                              f"{exc.message or exc.reason} ({exc.status or 'no response'})",
+                              permanent=exc.status in PERMANENT_STATUSES) from exc
         except OwnershipError:
             self._roll_back(created)
             raise
@@ -136,16 +113,46 @@ class KubeRunner:
             except KubeError as exc:  # the next try adopts or cleans what is left
                 log.warning("could not roll back %s %s: %s", obj["kind"], obj["metadata"]["name"], exc)
 
-    def find(self, identity: TaskIdentity, kind: ResourceKind) -> list[JobRef]:
-        """Every job this task instance made (of `kind`), oldest attempt first."""
+    def find(self, identity: TaskIdentity, job: DLCJob) -> list[JobRef]:
+        """Every job this task instance made, oldest attempt first."""
+        kind, kinds = self.backend.kind(job), tuple(self.backend.kinds(job))
         items, _ = self.client.list(kind, self.namespace, labels=task_labels(identity))
-        jobs: dict[str, int] = {}
+        return self._refs(items, kind, kinds)
+
+    def lookup(self, name: str) -> JobRef | None:
+        """The job called `name`, of whichever kind this backend makes."""
+        for kind in self.backend.primary_kinds():
+            items, _ = self.client.list(kind, self.namespace, labels={LABEL_JOB: name})
+            if items:
+                return self._refs(items, kind, (kind,))[-1]
+        return None
+
+    def _refs(self, items: list[dict], kind: ResourceKind, kinds: tuple[ResourceKind, ...]) -> list[JobRef]:
+        jobs: dict[str, tuple[int, str]] = {}
         for obj in items:
-            labels = obj["metadata"].get("labels", {})
-            if labels.get(LABEL_JOB):
-                jobs[labels[LABEL_JOB]] = int(labels.get(LABEL_ATTEMPT, "1"))
+            meta = obj["metadata"]
+            labels = meta.get("labels", {})
+            # native jobs have one Job per role: the primary is the one the others are owned by
+            if labels.get(LABEL_JOB) and (labels[LABEL_JOB] not in jobs or not meta.get("ownerReferences")):
+                jobs[labels[LABEL_JOB]] = (int(labels.get(LABEL_ATTEMPT, "1")), meta.get("uid", ""))
         return [JobRef(name=n, namespace=self.namespace, backend=self.backend.name, kind=kind,
-                       kinds=(kind,), attempt=a) for n, a in sorted(jobs.items(), key=lambda x: x[1])]
+                       kinds=kinds, attempt=a, uid=uid)
+                for n, (a, uid) in sorted(jobs.items(), key=lambda x: x[1][0])]
+
+    # -- ownership ---------------------------------------------------------------------
+    def claim(self, ref: JobRef, try_number: int) -> None:
+        patch = {"metadata": {"annotations": {CLAIMED_TRY: str(try_number)}}}
+        for obj in self.objects(ref):  # every role Job of a native job: any may be read first
+            self.client.patch(ref.kind, obj["metadata"]["name"], patch, ref.namespace)
+
+    def owner_try(self, ref: JobRef) -> int | None:
+        tries = []
+        for obj in self.objects(ref):
+            meta = obj["metadata"]
+            for value in (meta.get("labels", {}).get(LABEL_TRY), meta.get("annotations", {}).get(CLAIMED_TRY)):
+                if value and value.isdigit():
+                    tries.append(int(value))
+        return max(tries) if tries else None
 
     # -- inspect -----------------------------------------------------------------------
     def objects(self, ref: JobRef) -> list[dict]:
@@ -216,6 +223,9 @@ class KubeRunner:
         for name in names:
             self.client.patch(ref.kind, name, self.backend.stop_patch(), ref.namespace)
         return names
+
+    def delete(self, ref: JobRef) -> None:
+        self.stop(ref)
 
     def stop(self, ref: JobRef) -> int:
         """Delete every object of the job (pods go with their owners); returns how many."""

@@ -3,27 +3,31 @@
 A waiter subscribes to the shared watch of the job's kind and of pods in its namespace
 (see watch.py: one list+watch each per namespace, whatever the number of waiters), and
 turns every change into a JobStatus with the backend's pure status mapping. Status
-callbacks run in the watch threads; `SyncWaiter` and the trigger hand them to a queue.
+callbacks run in the watch threads; the waits hand them to a queue.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
+from dlc_airflow import reasons
+from dlc_airflow.backends.base import Backend
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.k8s.client import KubeClient
 from dlc_airflow.k8s.kinds import POD
-from dlc_airflow.k8s.runner import JobRef, KubeRunner
 from dlc_airflow.k8s.watch import REGISTRY, JobObjects, SharedWatch, WatchRegistry
+from dlc_airflow.naming import LABEL_JOB
+from dlc_airflow.runner import OnStatus
 from dlc_airflow.status import JobState, JobStatus
-
-OnStatus = Callable[[JobStatus, list[dict]], None]
 
 
 class JobWaiter:
-    def __init__(self, runner: KubeRunner, ref: JobRef, cluster_key: str, *,
+    """The Follower of the Kubernetes backends (see dlc_airflow.runner)."""
+
+    def __init__(self, client: KubeClient, backend: Backend, ref: JobRef, cluster_key: str, *,
                  registry: WatchRegistry = REGISTRY):
-        self.runner, self.ref = runner, ref
+        self.client, self.backend, self.ref = client, backend, ref
         self.registry = registry
         self._keys = [(cluster_key, ref.namespace, ref.kind), (cluster_key, ref.namespace, POD)]
         self._lock = threading.Lock()
@@ -36,7 +40,7 @@ class JobWaiter:
     def start(self, on_status: OnStatus) -> None:
         self._on_status = on_status
         for key, target in zip(self._keys, ("_objects", "_pods")):
-            watch = self.registry.get(key, lambda k=key: SharedWatch(self.runner.client, k[1], k[2]))
+            watch = self.registry.get(key, lambda k=key: SharedWatch(self.client, k[1], k[2]))
             self._unsubscribe.append(watch.subscribe(self.ref.name, self._receiver(target)))
 
     def close(self) -> None:
@@ -60,51 +64,19 @@ class JobWaiter:
 
     def _status(self) -> tuple[JobStatus, list[dict]]:
         objs, pods = self._objects, self._pods
+        assert objs is not None  # _receiver calls this once both watches answered
         live_pods = list(pods.live.values()) if pods else []
         if objs.live:
-            return self.runner.backend.status(list(objs.live.values()), live_pods), live_pods
+            return self.backend.status(list(objs.live.values()), live_pods), live_pods
         if objs.deleted:
-            final = self.runner.backend.status(list(objs.deleted.values()), live_pods)
+            final = self.backend.status(list(objs.deleted.values()), live_pods)
             if final.terminal:
                 return final, live_pods
-            return JobStatus(state=JobState.STOPPED, reason="Deleted",
+            return JobStatus(state=JobState.STOPPED, reason=reasons.DELETED,
                              message=f"{self.ref.kind.kind} {self.ref.name} was deleted before it finished"), live_pods
         # Not in the watch cache: just created and not yet seen, or really gone. Ask.
-        current = self.runner.objects(self.ref)
+        current, _ = self.client.list(self.ref.kind, self.ref.namespace, labels={LABEL_JOB: self.ref.name})
         if current:
-            return self.runner.backend.status(current, live_pods), live_pods
-        return JobStatus(state=JobState.STOPPED, reason="NotFound",
+            return self.backend.status(current, live_pods), live_pods
+        return JobStatus(state=JobState.STOPPED, reason=reasons.NOT_FOUND,
                          message=f"{self.ref.kind.kind} {self.ref.name} not found in namespace {self.ref.namespace}"), live_pods
-
-    def watch_stats(self) -> list[Any]:
-        watches = self.registry.watches()
-        return [watches[k].stats for k in self._keys if k in watches]
-
-
-class SyncWaiter:
-    """Blocking wait for the next status change (for in-process waits on a worker)."""
-
-    def __init__(self, waiter: JobWaiter):
-        self.waiter = waiter
-        self._cond = threading.Condition()
-        self._latest: tuple[JobStatus, list[dict]] | None = None
-        self._version = 0
-
-    def __enter__(self) -> SyncWaiter:
-        self.waiter.start(self._push)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.waiter.close()
-
-    def _push(self, status: JobStatus, pods: list[dict]) -> None:
-        with self._cond:
-            self._latest = (status, pods)
-            self._version += 1
-            self._cond.notify_all()
-
-    def next(self, seen_version: int, timeout: float) -> tuple[int, tuple[JobStatus, list[dict]] | None]:
-        """Wait until a status newer than `seen_version` arrives (or timeout)."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._version > seen_version, timeout)
-            return self._version, self._latest

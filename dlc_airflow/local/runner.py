@@ -25,7 +25,8 @@ from typing import Any
 
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local import procs
-from dlc_airflow.naming import LABEL_TASK_KEY
+from dlc_airflow.naming import LABEL_TASK_KEY, LABEL_TRY
+from dlc_airflow.runner import OwnershipError
 from dlc_airflow.spec import DLCJob, parse_job
 from dlc_airflow.status import JobState, JobStatus
 
@@ -33,11 +34,21 @@ __all__ = ["LocalRunner", "LocalJobError", "default_root"]
 
 # A job folder whose supervisor never announced itself is given up after this long.
 SUPERVISOR_START_TIMEOUT = 30.0
+# Made (exclusively) just before the supervisor is started: a job folder without it was
+# left by a submit cut short, and the next submit of the same task starts its supervisor.
+SUPERVISOR_STARTED = "supervisor.started"
+CLAIM = "claim.json"  # the newest task try that submitted or adopted the job
+UID = "uid"  # a unique id per job folder (as Kubernetes objects have)
 MAX_LOG_READ = 1 << 20  # bytes per replica per read_logs call
 
 
 class LocalJobError(RuntimeError):
     """A local job that cannot be submitted or found; the message says which and why."""
+
+
+
+class LocalOwnershipError(LocalJobError, OwnershipError):
+    """A job folder of that name belongs to another task instance."""
 
 
 def default_root() -> Path:
@@ -97,6 +108,7 @@ class LocalRunner:
             (staging / layout.OUTPUTS).mkdir()
             layout.write_json(staging / layout.SPEC, job.to_dict())
             layout.write_json(staging / layout.LABELS, dict(labels))
+            (staging / UID).write_text(str(uuid.uuid4()))
             layout.write_json(
                 staging / layout.STATE,
                 JobStatus(state=JobState.PENDING, created=_now()).model_dump(mode="json"),
@@ -114,16 +126,47 @@ class LocalRunner:
         return True
 
     def _adopt(self, name: str, labels: dict[str, str]) -> bool:
-        existing = layout.read_json(self.root / name / layout.LABELS, {}) or {}
+        """This task's job of that name exists: keep it, and start its supervisor if the
+        submit that made the folder was cut short before it did (True: started now)."""
+        jobdir = self.root / name
+        existing = layout.read_json(jobdir / layout.LABELS, {}) or {}
         mine, theirs = labels.get(LABEL_TASK_KEY), existing.get(LABEL_TASK_KEY)
         if mine != theirs:
-            raise LocalJobError(
+            raise LocalOwnershipError(
                 f"local job {name} under {self.root} belongs to task key {theirs!r}, not {mine!r}: "
                 f"use another job name, or delete the old job (LocalRunner.delete)"
             )
+        if not (jobdir / SUPERVISOR_STARTED).exists() and not self.status(name).terminal:
+            return self._start_supervisor(name, jobdir)
         return False
 
-    def _start_supervisor(self, name: str, jobdir: Path) -> None:
+    def uid(self, name: str) -> str:
+        """The job folder's unique id ('' when there is no such job)."""
+        try:
+            return (self._dir(name) / UID).read_text().strip()
+        except OSError:
+            return ""
+
+    def claim(self, name: str, try_number: int) -> None:
+        """Record that task try `try_number` now owns job `name`."""
+        layout.write_json(self._dir(name) / CLAIM, {"try": int(try_number)})
+
+    def owner_try(self, name: str) -> int | None:
+        """The newest task try that made or adopted job `name` (None: no such job)."""
+        jobdir = self._dir(name)
+        labels = layout.read_json(jobdir / layout.LABELS, None)
+        if labels is None:
+            return None
+        claim = layout.read_json(jobdir / CLAIM, {}) or {}
+        tries = [int(v) for v in (labels.get(LABEL_TRY), claim.get("try")) if str(v or "").isdigit()]
+        return max(tries) if tries else None
+
+    def _start_supervisor(self, name: str, jobdir: Path) -> bool:
+        """Start the job's supervisor unless one was started already (False then)."""
+        try:
+            os.close(os.open(jobdir / SUPERVISOR_STARTED, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            return False
         argv = [self.python, "-m", "dlc_airflow.local.supervisor", str(jobdir)]
         try:
             with open(jobdir / layout.SUPERVISOR_LOG, "ab") as log:
@@ -144,6 +187,7 @@ class LocalRunner:
         identity = jobdir / layout.SUPERVISOR
         if not identity.exists():
             layout.write_json(identity, {"pid": proc.pid, "start": procs.start_time(proc.pid)})
+        return True
 
     # -- reading ----------------------------------------------------------------------
     def find(self, selector: dict[str, str]) -> list[str]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from typing import Callable, TypeVar
 
-from dlc_airflow.k8s.runner import JobRef, KubeRunner
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.status import JobState, JobStatus
 
 T = TypeVar("T")

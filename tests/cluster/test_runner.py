@@ -9,7 +9,8 @@ import pytest
 
 from dlc_airflow.backends import get_backend
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, POD, SERVICE, kind_of
-from dlc_airflow.k8s.runner import KubeRunner, OwnershipError, SubmitError
+from dlc_airflow.k8s.runner import KubeRunner
+from dlc_airflow.runner import OwnershipError, SubmitError
 from dlc_airflow.naming import MANAGED_BY, TaskIdentity, job_name
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import condition
@@ -39,7 +40,7 @@ def test_second_submit_adopts(kube):
     assert created and not created_again
     assert first.uid and again.uid == first.uid
     assert len(managed(kube, JOB)) == 2 and len(managed(kube, SERVICE)) == 1
-    assert [r.name for r in runner.find(ident, JOB)] == [name]
+    assert [r.name for r in runner.find(ident, mpi_job())] == [name]
 
 
 def test_half_made_job_is_completed_by_the_next_submit(kube):

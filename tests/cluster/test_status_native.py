@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from dlc_airflow import reasons
 from dlc_airflow.backends import get_backend
 from dlc_airflow.k8s.kinds import POD
 from dlc_airflow.k8s.runner import KubeRunner
@@ -61,7 +62,7 @@ def scenarios(cluster, admin):
 
 
 def _submit(runner, job, key):
-    from dlc_airflow.k8s.runner import SubmitError
+    from dlc_airflow.runner import SubmitError
 
     try:
         return runner.submit(job, unique_name(key), IDENTITY, 1)
@@ -74,7 +75,7 @@ def _submit(runner, job, key):
 def test_fail_job_rule_on_a_non_retryable_exit_code(scenarios):
     runner, refs = scenarios
     s = wait_state(runner, refs["fail-job-rule"], TERMINAL, timeout=60)
-    assert (s.state, s.reason) == (JobState.FAILED, "PodFailurePolicy"), s.summary()
+    assert (s.state, s.reason) == (JobState.FAILED, reasons.NON_RETRYABLE_EXIT), s.summary()
     # the Job controller's message, then the failing container from the pods
     assert s.message.startswith("worker: Container main for pod ") and "failed with exit code 3" in s.message
     assert "container main exited with code 3" in s.message
@@ -88,7 +89,7 @@ def test_backoff_exhausted_counts_the_restart(scenarios):
     runner, refs = scenarios
     s = wait_state(runner, refs["backoff"], TERMINAL, timeout=90)  # the controller backs off ~10s
     assert s.state is JobState.FAILED, s.summary()
-    assert s.reason in ("MaxFailedIndexesExceeded", "FailedIndexes", "BackoffLimitExceeded")
+    assert s.reason == reasons.RESTART_LIMIT_EXCEEDED  # the Job controller's wording in the message
     assert s.restarts == 1
     assert "container main exited with code 1" in s.message
     # The controller may set the condition before it has counted the failed pods.
@@ -101,7 +102,7 @@ def test_backoff_exhausted_counts_the_restart(scenarios):
 def test_deadline_exceeded_by_max_running_time(scenarios):
     runner, refs = scenarios
     s = wait_state(runner, refs["deadline"], TERMINAL, timeout=60)
-    assert (s.state, s.reason) == (JobState.FAILED, "DeadlineExceeded"), s.summary()
+    assert (s.state, s.reason) == (JobState.FAILED, reasons.DEADLINE_EXCEEDED), s.summary()
     assert "active longer than specified deadline" in s.message and s.restarts == 0
     assert (s.finished - s.started).total_seconds() >= 3
 

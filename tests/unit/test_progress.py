@@ -47,14 +47,14 @@ def test_timeout_and_finish():
     assert p.verdict(100.0).kind == "timeout"
     p.update(status("SUCCEEDED"), 101.0)
     verdict = p.verdict(101.0)  # a finished job wins over a just-expired timeout
-    assert verdict.kind == "finished" and verdict.succeeded
+    assert verdict.kind == "finished" and verdict.status.state.value == "SUCCEEDED"
 
 
 def test_failure_verdict_names_reason_and_message():
     p = Progress("job-1", now=0.0)
     p.update(status("FAILED", reason="PodFailurePolicy", message="container main exited with code 3"), 1.0)
     verdict = p.verdict(1.0)
-    assert not verdict.succeeded
+    assert verdict.kind == "finished" and verdict.status.state.value == "FAILED"
     assert verdict.message == "job job-1 failed: PodFailurePolicy - container main exited with code 3"
 
 

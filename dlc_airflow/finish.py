@@ -1,0 +1,115 @@
+"""The steps after a verdict, written once for the sync wait, the trigger and the sensor.
+
+    outcome = finish(runner, ref, verdict, pods, on_finish=OnFinish.KEEP, log=log, record=store_set)
+
+`finish_plan` decides (pure): stop a job that ran out of time, settle the leftovers of one
+that finished (parameter servers...), delete it when asked. `finish` performs the plan
+in that order, collects what the job reported, records the result (task state store), and
+returns the Outcome the caller turns into a task result or failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.progress import Verdict, VerdictKind
+from dlc_airflow.runner import JobRunner
+from dlc_airflow.status import JobState, JobStatus
+
+
+class OnFinish(str, Enum):
+    KEEP = "keep"  # the job's objects stay (TTL, if set, removes them)
+    DELETE = "delete"  # removed once the task has its result
+
+    @classmethod
+    def parse(cls, value: Any, where: str) -> OnFinish:
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"{where}: on_finish must be 'keep' or 'delete', not {value!r}") from None
+
+
+@dataclass(frozen=True)
+class FinishPlan:
+    stop: bool  # the job did not finish in time: stop it
+    settle: bool  # it finished: stop what still runs of it
+    delete: bool  # on_finish=delete
+    ok: bool  # the task succeeds
+
+
+def finish_plan(verdict: Verdict, on_finish: OnFinish, owner: bool = True) -> FinishPlan:
+    """`owner`: the waiting task made the job (an operator); a sensor only watches it and
+    never stops, settles or deletes it."""
+    finished = verdict.kind is VerdictKind.FINISHED
+    return FinishPlan(
+        stop=owner and not finished,
+        settle=owner and finished,
+        delete=owner and finished and on_finish is OnFinish.DELETE,
+        ok=finished and verdict.status.state is JobState.SUCCEEDED,
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    result: dict[str, Any]  # the task's XCom return_value
+    error: str | None  # why the task fails (None when ok)
+
+
+Record = Callable[[dict[str, Any]], None]
+
+
+def finish(runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict] | None, *,
+           on_finish: OnFinish, log: logging.Logger | Any, record: Record | None = None,
+           owner: bool = True) -> Outcome:
+    plan = finish_plan(verdict, on_finish, owner)
+    if plan.stop:
+        log.error("%s; stopping the job", verdict.message)
+        runner.stop(ref)
+    result = job_result(ref, verdict.status, runner.outputs(ref, pods or None))
+    if plan.settle:
+        for name in runner.settle(ref):
+            log.info("stopped %s: still running after the job finished", name)
+    if record is not None:
+        record({**ref.to_dict(), "state": verdict.status.state.value, "result": result})
+    if plan.delete:
+        log.info("deleting job %s (on_finish='delete')", ref.name)
+        runner.delete(ref)
+    if plan.ok:
+        log.info("job %s succeeded (queued %ss, ran %ss, %d restarts)", ref.name,
+                 _round(result["queued_seconds"]), _round(result["running_seconds"]), verdict.status.restarts)
+        return Outcome(True, result, None)
+    if not plan.stop:  # (a stopped job's message was logged with the stop)
+        log.error("%s", verdict.message)
+    return Outcome(False, result, verdict.message)
+
+
+def job_result(ref: JobRef, status: JobStatus, outputs: dict | None) -> dict[str, Any]:
+    """What a finished task returns (its XCom): where the job ran, how it went, what it reported."""
+    durations = status.durations()
+    outputs = outputs or {}
+    return {
+        "job_name": ref.name,
+        "namespace": ref.namespace,
+        "backend": ref.backend,
+        "uid": ref.uid,
+        "attempt": ref.attempt,
+        "state": status.state.value,
+        "reason": status.reason,
+        "message": status.message,
+        "restarts": status.restarts,
+        "queued_seconds": durations["queued_seconds"],
+        "running_seconds": durations["running_seconds"],
+        "roles": {role: counts.model_dump() for role, counts in status.roles.items()},
+        "metrics": outputs.get("metrics", {}),
+        "outputs": outputs.get("outputs", {}),
+    }
+
+
+def _round(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}"

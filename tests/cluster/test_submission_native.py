@@ -1,0 +1,86 @@
+"""submit_or_adopt and stop_if_owner on the real API server and Job controller (native
+backend, restricted identity): a half-submitted job is completed by the retry that adopts
+it (issue 13 4f), and a superseded try cannot stop its successor's job (4g). The same on
+the local backend: tests/local/test_submission_local.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.kinds import JOB, SERVICE, kind_of
+from dlc_airflow.k8s.runner import KubeRunner
+from dlc_airflow.naming import LABEL_JOB, TaskIdentity, job_name
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobState
+from dlc_airflow.submission import Action, stop_if_owner, submit_or_adopt
+from tests.cluster.polling import wait_state
+
+
+def ddp(delay: str | None = None) -> DLCJob:
+    annotations = {"pod-complete.stage.kwok.x-k8s.io/delay": delay} if delay else {}
+    return DLCJob(type="pytorch", image="registry.local/train:1", command=["train"],
+                  roles={"master": 1, "worker": 2}, annotations=annotations)
+
+
+def identity(try_number: int, run: str) -> TaskIdentity:
+    return TaskIdentity("dag", "task", run, try_number=try_number)
+
+
+def objects(kube, name: str) -> set[tuple[str, str]]:
+    found = set()
+    for kind in (JOB, SERVICE):
+        for obj in kube.list(kind, labels={LABEL_JOB: name})[0]:
+            found.add((obj["kind"], obj["metadata"]["name"]))
+    return found
+
+
+def test_the_retry_completes_a_job_whose_try_died_between_two_creates(kube):
+    runner = KubeRunner(kube, get_backend("native"))
+    run = f"run-{uuid.uuid4().hex[:6]}"
+    job = ddp()
+    name = job_name("ddp", identity(1, run), 1)
+    rendered = get_backend("native").render(job, name, identity(1, run), 1)
+    # try 1 was killed right after creating the primary (the master's Job): no Service
+    # (its pods could not resolve their peers) and no worker Job
+    kube.create(rendered[0], kube.namespace)
+    assert objects(kube, name) == {("Job", f"{name}-master")}
+
+    retry = submit_or_adopt(runner, job, identity(2, run), base_name="ddp")
+    assert retry.action is Action.ADOPTED and retry.ref.name == name
+    assert retry.ref.uid == kube.get(JOB, f"{name}-master")["metadata"]["uid"]
+    expected = {(o["kind"], o["metadata"]["name"]) for o in rendered}
+    assert objects(kube, name) == expected == {("Job", f"{name}-master"), ("Service", name), ("Job", f"{name}-worker")}
+    # the objects the retry made are owned by the primary, as a whole submit makes them
+    primary_uid = kube.get(kind_of(rendered[0]), f"{name}-master")["metadata"]["uid"]
+    service = kube.get(SERVICE, name)
+    assert [o["uid"] for o in service["metadata"]["ownerReferences"]] == [primary_uid]
+    assert wait_state(runner, retry.ref, {JobState.SUCCEEDED, JobState.FAILED}, timeout=120).state is JobState.SUCCEEDED
+
+
+def test_a_superseded_try_does_not_stop_its_successors_job(kube):
+    runner = KubeRunner(kube, get_backend("native"))
+    run = f"run-{uuid.uuid4().hex[:6]}"
+    first = submit_or_adopt(runner, ddp("600s"), identity(1, run), base_name="own")
+    assert first.action is Action.SUBMITTED and runner.owner_try(first.ref) == 1
+    # a scheduler restart reset the task: try 2 adopts while try 1's process still runs
+    second = submit_or_adopt(runner, ddp("600s"), identity(2, run), base_name="own")
+    assert second.action is Action.ADOPTED and runner.owner_try(second.ref) == 2
+    # then try 1's on_kill ("task shouldn't be running anymore") arrives
+    assert stop_if_owner(runner, first.ref, try_number=1) is False
+    assert objects(kube, first.ref.name)  # nothing deleted
+    assert stop_if_owner(runner, second.ref, try_number=2) is True
+    assert objects(kube, first.ref.name) == set()
+
+
+def test_lookup_finds_a_job_by_name_alone(kube):
+    runner = KubeRunner(kube, get_backend("kubeflow"))
+    run = f"run-{uuid.uuid4().hex[:6]}"
+    job = DLCJob(type="tensorflow", image="registry.local/tf:1", command=["train"],
+                 roles={"chief": 1, "worker": 1})
+    sub = submit_or_adopt(runner, job, identity(1, run), base_name="tf")
+    found = runner.lookup(sub.ref.name)
+    assert found is not None and found.kind.kind == "TFJob" and found.uid == sub.ref.uid
+    assert runner.lookup("no-such-job") is None
+    runner.stop(sub.ref)
