@@ -19,13 +19,13 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DAG_ID = "retraining_digits"
-FIRST_DAY = datetime(2026, 1, 1, tzinfo=timezone.utc)
+FIRST_DAY = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _setup(out: Path, keep: bool) -> Path:
@@ -53,7 +53,7 @@ def _setup(out: Path, keep: bool) -> Path:
     })
     print(f"demo: Airflow home {home} (SQLite); migrating the metadata DB...", flush=True)
     airflow = Path(sys.executable).parent / "airflow"
-    done = subprocess.run([str(airflow), "db", "migrate"], capture_output=True, text=True)
+    done = subprocess.run([str(airflow), "db", "migrate"], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"`airflow db migrate` failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return dags
@@ -139,6 +139,12 @@ def run(out: Path, days: int, keep: bool) -> list[dict]:
         lineage = _xcom(DAG_ID, dag_run.run_id, "retrain.lineage")
         train = _xcom(DAG_ID, dag_run.run_id, "retrain.train")
         promote = _xcom(DAG_ID, dag_run.run_id, "retrain.promote") or {}
+        # what the training job itself resumed from (resume_path reports it) is what the
+        # lineage named: the predecessor's checkpoint, or nothing for the first interval
+        reported = (train.get("outputs") or {}).get("resumed_from")
+        if reported != (lineage["resume_from"] or None):
+            raise SystemExit(f"demo: the training job for {start:%Y-%m-%d} resumed from {reported or 'scratch'}, "
+                             f"but the lineage named {lineage['resume_from'] or 'scratch'}; see {out / 'demo.log'}")
         rows.append({
             "interval": lineage["interval"],
             "start": start,

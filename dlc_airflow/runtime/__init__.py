@@ -9,6 +9,7 @@ in a training script costs nothing.
 from dlc_airflow.runtime.checkpoint import (
     CheckpointError,
     checkpoint_dir,
+    checkpoint_metadata,
     latest_checkpoint,
     list_checkpoints,
     resume_path,
@@ -38,6 +39,7 @@ __all__ = [
     "CheckpointError",
     "RuntimeEnvError",
     "checkpoint_dir",
+    "checkpoint_metadata",
     "in_job",
     "is_coordinator",
     "latest_checkpoint",

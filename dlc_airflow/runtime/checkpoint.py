@@ -3,36 +3,49 @@
 A checkpoint is a directory `step-000123/` under the checkpoint root (DLC_CHECKPOINT_DIR,
 which the job's `checkpoint` section sets). `save_checkpoint` lets the caller write files
 into `.tmp-step-000123-<pid>/` next to it, then renames that into place: a reader (or a
-restarted job) sees either the whole checkpoint or none. Afterwards only the newest
+restarted job) sees either the whole checkpoint or none. Each checkpoint holds a small
+`.dlc-checkpoint.json` (which job attempt wrote it, and when). Afterwards only the newest
 DLC_CHECKPOINT_KEEP (default 3) are kept, never the one named by DLC_RESUME_FROM.
 
+`resume_path()` returns the checkpoint the pipeline or the job spec named
+(DLC_RESUME_FROM, set from `checkpoint.resume_from`), else None: a job never resumes from
+whatever happens to lie in its checkpoint directory unless it asks to
+(`resume_path(fallback_to_latest=True)`, see there). What it returned is reported as the
+output "resumed_from".
+
     from dlc_airflow.runtime import save_checkpoint, resume_path
-    start = resume_path()               # None on a fresh start
+    start = resume_path()               # None on a fresh start (the first interval)
     if start: model.load_state_dict(torch.load(f"{start}/model.pt"))
     save_checkpoint(lambda d: torch.save(model.state_dict(), f"{d}/model.pt"), step)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from dlc_airflow.runtime.env import is_coordinator
 
 __all__ = [
+    "METADATA_FILE",
     "CheckpointError",
     "checkpoint_dir",
+    "checkpoint_metadata",
     "checkpoint_name",
-    "save_checkpoint",
     "latest_checkpoint",
     "list_checkpoints",
     "resume_path",
+    "save_checkpoint",
 ]
 
 DEFAULT_KEEP = 3
+METADATA_FILE = ".dlc-checkpoint.json"  # inside each checkpoint: who wrote it, and when
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _TMP_DIR = re.compile(r"^\.(?:tmp|old)-step-\d+-(\d+)$")
 
@@ -108,15 +121,86 @@ def _resume_local() -> Path | None:
     return local_path(value)
 
 
-def resume_path() -> str | None:
-    """Where to resume from: DLC_RESUME_FROM if set, else the newest checkpoint, else None."""
-    explicit = _resume_local()
-    if explicit is not None:
-        return str(explicit)
-    if not (os.environ.get("DLC_CHECKPOINT_DIR") or os.environ.get("DLC_CHECKPOINT_URI")):
+def checkpoint_metadata(path: str | os.PathLike) -> dict[str, Any] | None:
+    """What `save_checkpoint` recorded in a checkpoint: {"job_name", "step", "saved_at"}
+    (job_name is the writer's DLC_JOB_NAME, None outside a job; saved_at a Unix time).
+    None for a checkpoint without a readable record (written by something else)."""
+    try:
+        with open(os.path.join(os.fspath(path), METADATA_FILE), encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
         return None
-    latest = latest_checkpoint()
-    return str(latest) if latest else None
+    return data if isinstance(data, dict) else None
+
+
+_IMPORTED = time.time()
+
+
+def _process_started() -> float:
+    """When this process started (Unix time): from /proc on Linux (to a clock tick, 10 ms,
+    rounded down: a checkpoint saved just before the start may count as after it), else
+    when this module was first imported (later than the real start)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime, in ticks
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _IMPORTED
+
+
+def _own_latest() -> Path | None:
+    """The newest checkpoint in the directory that this job attempt wrote before this
+    process started (see resume_path)."""
+    attempt = os.environ.get("DLC_JOB_NAME") or None
+    started = _process_started()
+    for _step, path in reversed(list_checkpoints()):
+        meta = checkpoint_metadata(path)
+        if meta is None or (meta.get("job_name") or None) != attempt:
+            continue
+        saved = meta.get("saved_at")
+        if isinstance(saved, (int, float)) and saved < started:
+            return path
+    return None
+
+
+def resume_path(*, fallback_to_latest: bool = False, report: bool = True) -> str | None:
+    """The checkpoint this job starts from, as a local path, or None to start from scratch.
+
+    - DLC_RESUME_FROM (what the pipeline or the job spec's `checkpoint.resume_from` named)
+      when it is set: it always wins.
+    - Otherwise None, whatever lies in the checkpoint directory: the first interval of a
+      lineage starts from scratch on every re-run, even though an earlier attempt left its
+      checkpoints in DLC_CHECKPOINT_DIR, and rank 1 never picks up what rank 0 saved a
+      moment ago.
+    - With `fallback_to_latest=True` (opt-in, for restart recovery), and only when
+      DLC_RESUME_FROM is not set: the newest checkpoint in the directory that was written
+      by this same job attempt (its `.dlc-checkpoint.json` names this DLC_JOB_NAME; job
+      names end in the attempt number, and a cleared re-run gets a new name) and finished
+      before this process started. So a replica that crashed and was restarted resumes the
+      attempt's own work, while a new attempt (a retry or re-run) or a replica still
+      running its first process starts from scratch. Checkpoints without that record
+      (written by other code) are never picked. The times are the writer's and this
+      host's clocks, so nodes' clocks must agree (NTP); restarts come well after a save.
+      Outside a job (no DLC_JOB_NAME) only checkpoints also written outside a job count.
+
+    With `report`, the answer is reported as the output "resumed_from" (the location as
+    DLC_RESUME_FROM or the job's checkpoint URI names it, or None), so it reaches the
+    task's XCom next to "checkpoint" and can be checked against the lineage manifest.
+    """
+    explicit = _resume_local()
+    found: Path | None = None
+    public: str | None = None
+    if explicit is not None:
+        found, public = explicit, os.environ["DLC_RESUME_FROM"]
+    elif fallback_to_latest and (os.environ.get("DLC_CHECKPOINT_DIR") or os.environ.get("DLC_CHECKPOINT_URI")):
+        found = _own_latest()
+        public = _public_location(checkpoint_dir(), found) if found is not None else None
+    if report:
+        from dlc_airflow.runtime.metrics import report_output
+
+        report_output("resumed_from", public)
+    return str(found) if found is not None else None
 
 
 def _keep() -> int:
@@ -181,10 +265,12 @@ def save_checkpoint(
     """Write checkpoint `step` atomically on the coordinator; a no-op (None) elsewhere.
 
     `write_fn(path)` writes the checkpoint's files into the directory `path` (e.g. with
-    torch.save). The finished checkpoint is renamed to `<root>/step-<step>`; one of the
-    same step is replaced. Then older checkpoints beyond `keep` (DLC_CHECKPOINT_KEEP) are
-    deleted, except the one DLC_RESUME_FROM names. With `report`, the checkpoint's location
-    is reported as the output "checkpoint" (see dlc_airflow.runtime.metrics).
+    torch.save). A record of the writer (DLC_JOB_NAME, step, time) is added as
+    `.dlc-checkpoint.json` (what `resume_path(fallback_to_latest=True)` checks). The
+    finished checkpoint is renamed to `<root>/step-<step>`; one of the same step is
+    replaced. Then older checkpoints beyond `keep` (DLC_CHECKPOINT_KEEP) are deleted,
+    except the one DLC_RESUME_FROM names. With `report`, the checkpoint's location is
+    reported as the output "checkpoint" (see dlc_airflow.runtime.metrics).
     """
     if not is_coordinator():
         return None
@@ -201,6 +287,7 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         write_fn(str(tmp))
+        _write_metadata(tmp, step)
         _fsync_tree(tmp)
         if final.exists():
             # os.replace cannot replace a non-empty directory: move the old one aside first.
@@ -220,6 +307,12 @@ def save_checkpoint(
 
         report_output("checkpoint", _public_location(root, final))
     return final
+
+
+def _write_metadata(folder: Path, step: int) -> None:
+    record = {"job_name": os.environ.get("DLC_JOB_NAME") or None, "step": int(step), "saved_at": time.time()}
+    with open(folder / METADATA_FILE, "w", encoding="utf-8") as handle:
+        json.dump(record, handle)
 
 
 def _public_location(root: Path, final: Path) -> str:

@@ -14,16 +14,16 @@ import os
 __all__ = [
     "RuntimeEnvError",
     "in_job",
+    "is_coordinator",
     "job_name",
     "job_type",
-    "rank",
-    "world_size",
     "local_rank",
     "node_rank",
+    "rank",
     "role",
     "role_index",
-    "is_coordinator",
     "shard",
+    "world_size",
 ]
 
 

@@ -22,14 +22,14 @@ import threading
 from typing import Any
 
 __all__ = [
-    "METRICS_PREFIX",
     "MAX_OUTPUT_BYTES",
-    "log_metrics",
-    "report_output",
+    "METRICS_PREFIX",
     "current_document",
+    "log_metrics",
     "parse_metric_line",
     "parse_outputs",
     "read_outputs",
+    "report_output",
     "write_document",
 ]
 

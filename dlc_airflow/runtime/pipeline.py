@@ -24,22 +24,22 @@ from __future__ import annotations
 
 import os
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dlc_airflow.runtime.env import RuntimeEnvError
 
 __all__ = [
+    "data_dir",
+    "data_uri",
     "interval",
     "interval_key",
     "lineage",
-    "data_uri",
-    "output_uri",
-    "model_uri",
     "local_path",
-    "data_dir",
-    "output_dir",
     "model_dir",
+    "model_uri",
+    "output_dir",
+    "output_uri",
 ]
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -62,8 +62,8 @@ def _time(name: str) -> datetime:
     except ValueError:
         raise RuntimeEnvError(f"{name}={raw!r} is not an ISO 8601 time") from None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def interval() -> tuple[datetime, datetime]:

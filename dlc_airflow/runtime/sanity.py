@@ -23,12 +23,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dlc_airflow.runtime import env as runtime_env
 
-__all__ = ["add_arguments", "run_checks", "parse_size", "CheckResult"]
+__all__ = ["CheckResult", "add_arguments", "parse_size", "run_checks"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?|[kmgtp]i?)?[Bb]?\s*$")
 _FACTORS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5}
@@ -122,7 +122,7 @@ def _resolve(host: str, timeout: float) -> list[str]:
             future = pool.submit(socket.getaddrinfo, host, None, 0, socket.SOCK_STREAM)
             try:
                 infos = future.result(timeout=remaining)
-                return sorted({info[4][0] for info in infos})
+                return sorted({str(info[4][0]) for info in infos})
             except concurrent.futures.TimeoutError:
                 last = TimeoutError(f"no answer within {timeout:g}s")
                 break
@@ -211,7 +211,7 @@ def count_gpus() -> tuple[int, str]:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
             if out.returncode == 0:
                 return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")), "nvidia-smi"
             notes.append(f"nvidia-smi failed: {(out.stderr or out.stdout).strip()[:200]}")

@@ -164,15 +164,17 @@ with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timez
 '''
 
 
-def test_retry_takes_the_result_recorded_in_the_task_state_store(kube, k8s_conn, dag_files, capfd):
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_retry_takes_the_result_recorded_in_the_task_state_store(kube, k8s_conn, dag_files, capfd, deferrable):
     """Durable execution (Airflow 3.3 task state store): the job is gone (on_finish=delete),
-    yet the retry takes its recorded result instead of training again."""
+    yet the retry takes its recorded result instead of training again. The deferred path
+    records it when the task resumes from the trigger, as the sync path does."""
     import json
     import uuid
 
     dag_id = f"t_{uuid.uuid4().hex[:8]}"
     kwargs = {"conn_id": k8s_conn, "backend": "native", "job": training_job().to_dict(),
-              "deferrable": False, "on_finish": "delete"}
+              "deferrable": deferrable, "on_finish": "delete"}
     dag = dag_files(dag_id, FLAKY_DAG.format(dag_id=dag_id, kwargs=json.dumps(kwargs)))
     ti = dag.test().get_task_instance("train")
     assert ti.state == "success" and ti.try_number == 2
@@ -180,3 +182,40 @@ def test_retry_takes_the_result_recorded_in_the_task_state_store(kube, k8s_conn,
     assert text.count("submitted job ") == 1  # only the first try submitted
     assert "already succeeded (recorded in the task state store)" in text
     assert xcom(ti)["state"] == "SUCCEEDED" and managed(kube, JOB) == []
+
+
+FAILS_AFTER_SUBMIT_DAG = '''
+import json
+from datetime import datetime, timezone
+
+from airflow.sdk import DAG
+from dlc_airflow.operators import DLCJobOperator
+
+
+class FailsAfterSubmit(DLCJobOperator):
+    """Something goes wrong on the worker once the job runs (not the job's own failure)."""
+
+    def _wait(self, context, runner, ref, status):
+        raise RuntimeError("the worker lost its way after submitting")
+
+
+with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+         default_args={{"retries": 0}}) as dag:
+    FailsAfterSubmit(task_id="train", **json.loads({kwargs!r}))
+'''
+
+
+def test_a_task_that_fails_after_submitting_stops_its_job(kube, k8s_conn, dag_files, capfd):
+    """Issue 13 4g: any error past the submit stops the job (last try too): no job runs on
+    unattended after its task has failed."""
+    import json
+    import uuid
+
+    dag_id = f"t_{uuid.uuid4().hex[:8]}"
+    kwargs = {"conn_id": k8s_conn, "backend": "native", "job": training_job("600s").to_dict()}
+    dag = dag_files(dag_id, FAILS_AFTER_SUBMIT_DAG.format(dag_id=dag_id, kwargs=json.dumps(kwargs)))
+    ti = dag.test().get_task_instance("train")
+    assert ti.state == "failed"
+    text = "".join(capfd.readouterr())
+    assert "the worker lost its way" in text and "stopping the job" in text
+    wait_until(lambda: managed(kube, JOB) == [], "the job to be stopped")

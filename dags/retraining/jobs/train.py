@@ -3,6 +3,11 @@ predecessor's checkpoint, train on this interval's data, save a checkpoint atomi
 
 Env: DLC_DATA_URI (the preprocessed data), DLC_RESUME_FROM (set by the pipeline when an
 earlier interval succeeded), DLC_CHECKPOINT_DIR; EPOCHS and LR (optional).
+
+resume_path() returns DLC_RESUME_FROM, or None: the first interval starts from scratch on
+every run, re-runs included, whatever an earlier attempt left in DLC_CHECKPOINT_DIR. Every
+worker reports what it resumed from as the output "resumed_from" (the demo checks it
+against the lineage).
 """
 
 from __future__ import annotations
@@ -15,7 +20,15 @@ import torch.distributed as dist
 from common import load_shards, model, test_set
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dlc_airflow.runtime import is_coordinator, log_metrics, pipeline, rank, resume_path, save_checkpoint, world_size
+from dlc_airflow.runtime import (
+    is_coordinator,
+    log_metrics,
+    pipeline,
+    rank,
+    resume_path,
+    save_checkpoint,
+    world_size,
+)
 
 
 def accuracy(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -30,12 +43,12 @@ def main() -> None:
     net = model()
     optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     step = 0
-    start = resume_path()
+    start = resume_path()  # the predecessor's checkpoint, or None (never "the newest in the directory")
     if start:
         net.load_state_dict(torch.load(os.path.join(start, "model.pt")))
         optimizer.load_state_dict(torch.load(os.path.join(start, "optimizer.pt")))
-        meta = json.load(open(os.path.join(start, "meta.json")))
-        step = meta["step"]
+        with open(os.path.join(start, "meta.json")) as handle:
+            step = json.load(handle)["step"]
     ddp = DDP(net)
 
     data = load_shards(pipeline.data_dir())
@@ -70,8 +83,8 @@ def main() -> None:
         def write(folder: str) -> None:
             torch.save(net.state_dict(), os.path.join(folder, "model.pt"))
             torch.save(optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
-            json.dump({"step": step, "interval": pipeline.interval_key(), "accuracy": final},
-                      open(os.path.join(folder, "meta.json"), "w"))
+            with open(os.path.join(folder, "meta.json"), "w") as handle:
+                json.dump({"step": step, "interval": pipeline.interval_key(), "accuracy": final}, handle)
 
         save_checkpoint(write, step)  # rank 0, write then rename; reports output "checkpoint"
     dist.barrier()
