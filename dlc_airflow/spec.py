@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from dlc_airflow import wiring
 from dlc_airflow.jobtypes import JOB_TYPES, JobType, TypeInfo
 from dlc_airflow.specfields import (  # noqa: F401 - parse_duration and is_templated are public here too
     DNS_LABEL,
@@ -596,15 +597,12 @@ class DLCJob(_Model):
 
 def _reserved_paths(job: DLCJob) -> dict[str, str]:
     """Paths the backends mount themselves (shared memory, hostfiles) -> what takes them."""
-    from dlc_airflow import wiring  # wiring imports this module
 
     reserved = {}
     if job.resources.shared_memory or any(r.resources and r.resources.shared_memory for r in job.roles.values()):
         reserved["/dev/shm"] = "resources.shared_memory"
-    if job.type is JobType.mpi:
-        reserved[wiring.MPI_HOSTFILE] = "the MPI hostfile"
-    elif job.type in (JobType.deepspeed, JobType.megatron) and job.launcher == "mpi":
-        reserved[wiring.DEEPSPEED_HOSTFILE] = "the hostfile of launcher='mpi'"
+    if (hostfile := wiring.hostfile_spec(job)) is not None:
+        reserved[hostfile.path] = "the MPI hostfile" if job.type is JobType.mpi else "the hostfile of launcher='mpi'"
     return reserved
 
 

@@ -14,14 +14,58 @@ offset or embedded, e.g. RANK of a worker after the master, or TF_CONFIG).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from dlc_airflow.jobtypes import JobType, ordered_roles
-from dlc_airflow.spec import DLCJob
+
+if TYPE_CHECKING:  # spec.py uses the wiring (reserved paths); the wiring only reads specs
+    from dlc_airflow.spec import DLCJob
 
 MPI_HOSTFILE = "/etc/mpi/hostfile"
 DEEPSPEED_HOSTFILE = "/etc/deepspeed/hostfile"
+
+# Every variable the wiring may set (by name or prefix). A replica's inherited environment
+# loses these first (the local backend): a job started from inside another job's replica
+# must not see its parent's rank or rendezvous.
+WIRED_NAMES = frozenset(
+    {
+        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+        "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "SHARD_INDEX", "SHARD_COUNT",
+        "JOB_COMPLETION_INDEX", "WORKER_PORT", "WORKER_ADDRS", "RAY_HEAD_ADDRESS",
+        "I_MPI_HYDRA_HOST_FILE", "K_MPI_JOB_ROLE",
+    }
+)
+WIRED_PREFIXES = ("DLC_", "PET_", "OMPI_MCA_", "TORCHELASTIC_")
+
+
+def is_wired(name: str) -> bool:
+    """Whether the wiring owns the variable `name` (see WIRED_NAMES)."""
+    return name in WIRED_NAMES or name.startswith(WIRED_PREFIXES)
+
+
+@dataclass(frozen=True)
+class Hostfile:
+    """Where a job's MPI / DeepSpeed hostfile goes and how many slots each worker has."""
+
+    path: str
+    slots: int
+
+
+def hostfile_spec(job: DLCJob) -> Hostfile | None:
+    """The job's hostfile, for the types that launch over MPI; None for the others.
+
+    The one place that decides hostfile presence and slots: every backend asks here.
+    DeepSpeed / Megatron with launcher="mpi" run one process per GPU, so a worker's slots
+    are nproc_per_node unless slots_per_worker is given.
+    """
+    if job.type is JobType.mpi:
+        return Hostfile(MPI_HOSTFILE, job.slots_per_worker)
+    if job.type in (JobType.deepspeed, JobType.megatron) and job.launcher == "mpi":
+        slots = job.slots_per_worker if "slots_per_worker" in job.model_fields_set else job.nproc_per_node
+        return Hostfile(DEEPSPEED_HOSTFILE, slots)
+    return None
 
 
 @dataclass(frozen=True)
@@ -75,7 +119,7 @@ def rendezvous_port(job: DLCJob) -> int | None:
 
 
 def hostfile(job: DLCJob, addr: Addressing, slots: int) -> str:
-    """MPI / DeepSpeed hostfile: one `<host> slots=N` line per worker."""
+    """MPI / DeepSpeed hostfile: one `<host> slots=N` line per worker (N: hostfile_spec's slots)."""
     workers = job.roles.get("worker")
     count = workers.replicas if workers else 0
     return "".join(f"{addr.host('worker', i)} slots={slots}\n" for i in range(count))
@@ -164,8 +208,8 @@ def _torch_env(job: DLCJob, name: str, role: str, addr: Addressing) -> dict[str,
                 "PET_MAX_RESTARTS": str(job.elastic.max_restarts),
             }
         )
-    if job.launcher == "mpi":
-        env["DLC_HOSTFILE"] = DEEPSPEED_HOSTFILE
+    if (hostfile := hostfile_spec(job)) is not None:  # deepspeed / megatron, launcher="mpi"
+        env["DLC_HOSTFILE"] = hostfile.path
     return env
 
 
@@ -183,15 +227,18 @@ def _tensorflow_env(job: DLCJob, name: str, role: str, addr: Addressing) -> dict
 
 def _mpi_env(job: DLCJob, name: str, role: str, addr: Addressing) -> dict[str, str | IndexExpr]:
     workers = job.roles["worker"].replicas
+    hostfile = hostfile_spec(job)
+    if hostfile is None:  # pragma: no cover - every mpi job has one
+        raise ValueError("an mpi job without a hostfile")
     return {
-        "OMPI_MCA_orte_default_hostfile": MPI_HOSTFILE,
+        "OMPI_MCA_orte_default_hostfile": hostfile.path,
         "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
-        "OMPI_MCA_orte_set_default_slots": str(job.slots_per_worker),
+        "OMPI_MCA_orte_set_default_slots": str(hostfile.slots),
         "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10 -o StrictHostKeyChecking=no",
-        "I_MPI_HYDRA_HOST_FILE": MPI_HOSTFILE,
+        "I_MPI_HYDRA_HOST_FILE": hostfile.path,
         "K_MPI_JOB_ROLE": role,
-        "DLC_HOSTFILE": MPI_HOSTFILE,
-        "WORLD_SIZE": str(workers * job.slots_per_worker),
+        "DLC_HOSTFILE": hostfile.path,
+        "WORLD_SIZE": str(workers * hostfile.slots),
     }
 
 

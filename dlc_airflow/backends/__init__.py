@@ -11,15 +11,26 @@
 | kubeflow | kubeflow.org/v1 PyTorchJob/TFJob/MPIJob/XGBoostJob | torch types, tensorflow, mpi, xgboost |
 | trainer  | trainer.kubeflow.org/v1alpha1 TrainJob    | pytorch, deepspeed, megatron, mpi       |
 | ray      | ray.io/v1 RayJob                          | ray                                     |
+
+The types are declared once, as each backend class's `job_types`; `backends_running` reads them.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from dlc_airflow.backends.base import Backend, BackendError, ResourceKind
+from dlc_airflow.jobtypes import JobType
 
-__all__ = ["Backend", "BackendError", "ResourceKind", "get_backend", "BACKENDS", "DEFAULT_BACKEND"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "Backend",
+    "BackendError",
+    "ResourceKind",
+    "backends_running",
+    "get_backend",
+]
 
 DEFAULT_BACKEND = "native"
 
@@ -73,3 +84,14 @@ def get_backend(name: str | None = None) -> Backend:
             f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)} (default {DEFAULT_BACKEND})"
         ) from None
     return factory()
+
+
+def backends_running(job_type: JobType | str) -> list[str]:
+    """Names of the backends whose `job_types` include `job_type`, in registry order.
+
+    Each backend declares its types once, as the class attribute `job_types`; this reads it
+    (backends are stateless and cheap to make).
+    """
+    wanted = JobType(job_type)
+    return [name for name, factory in BACKENDS.items()
+            if wanted in getattr(type(factory()), "job_types", frozenset())]

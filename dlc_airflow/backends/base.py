@@ -2,7 +2,9 @@
 
 A backend is a set of pure functions over plain dicts:
 
-- `check(job)`: can this backend run the job? (BackendError naming what to use instead)
+- `job_types`: the job types the backend runs (a class attribute, read by the registry);
+- `check(job)`: can this backend run the job? (BackendError naming what to use instead): the
+  type against `job_types` here, the options in each backend's `check_options`
 - `render(job, name, identity, attempt)`: the objects to create, in creation order; the first
   is the *primary* (the client gives every later object an ownerReference to it, so deleting
   the primary deletes the job);
@@ -18,10 +20,13 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from datetime import datetime
-from typing import ClassVar, Iterable
+from typing import ClassVar
 
-from dlc_airflow import naming
+from dlc_airflow import naming, reasons
+from dlc_airflow.jobtypes import JobType
+
 # One ResourceKind for the whole package: the client builds REST paths from it.
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, SERVICE, ResourceKind
 from dlc_airflow.spec import DLCJob
@@ -30,20 +35,20 @@ from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition, parse
 __all__ = [
     "CONFIG_MAP",
     "JOB",
+    "KUEUE_QUEUE_LABEL",
     "SERVICE",
     "Backend",
     "BackendError",
     "ResourceKind",
-    "KUEUE_QUEUE_LABEL",
-    "check_name",
-    "object_labels",
-    "object_annotations",
     "apply_pods",
-    "unschedulable",
-    "pod_failure",
-    "pod_role_counts",
+    "check_name",
     "earliest",
     "latest",
+    "object_annotations",
+    "object_labels",
+    "pod_failure",
+    "pod_role_counts",
+    "unschedulable",
 ]
 
 # Kueue admits workloads that carry this label (the value is a LocalQueue).
@@ -56,22 +61,12 @@ class BackendError(ValueError):
     """A job this backend cannot run (or an unknown backend); the message says what to use."""
 
 
-
-
-# Which backends can run which job types (by name); render() of each enforces its own part.
-_ALL_BUT_RAY = ("pytorch", "deepspeed", "megatron", "tensorflow", "mpi", "xgboost", "batch", "custom")
-SUPPORTED_TYPES: dict[str, tuple[str, ...]] = {
-    "native": _ALL_BUT_RAY,
-    "jobset": _ALL_BUT_RAY,
-    "kubeflow": ("pytorch", "deepspeed", "megatron", "tensorflow", "mpi", "xgboost"),
-    "trainer": ("pytorch", "deepspeed", "megatron", "mpi"),
-    "ray": ("ray",),
-}
-
-
 def suggest(job_type: str, current: str) -> str:
-    """'use backend=...' naming the other backends that run `job_type`."""
-    names = [b for b, types in SUPPORTED_TYPES.items() if job_type in types and b != current]
+    """'use backend=...' naming the other backends that run `job_type` (their `job_types`)."""
+    # The registry (dlc_airflow.backends) imports this module: import it when called.
+    from dlc_airflow.backends import backends_running
+
+    names = [b for b in backends_running(job_type) if b != current]
     if not names:
         return "no backend runs it"
     quoted = [f"'{b}'" + (" (default)" if b == "native" else "") + (" (KubeRay)" if b == "ray" else "") for b in names]
@@ -132,13 +127,29 @@ def ttl_seconds(job: DLCJob) -> int | None:
     return max(0, int(job.ttl_after_finished.total_seconds()))
 
 
+def _probe(job_type: JobType) -> DLCJob:
+    """The smallest job of a type: what the kind of a backend's objects depends on."""
+    return DLCJob.model_validate({"type": job_type, "image": "probe", "command": ["probe"]})
+
+
 class Backend(ABC):
     """Base class of the Kubernetes backends; subclasses fill in the abstract parts."""
 
     name: ClassVar[str]
+    # The job types this backend runs: the one place that says so (check() refuses the
+    # others, and the registry's backends_running() reads it to suggest a backend).
+    job_types: ClassVar[frozenset[JobType]]
+    # Why the other types cannot run here: the parenthesis of the one-line BackendError.
+    refusal: ClassVar[str]
 
     def check(self, job: DLCJob) -> None:
         """Raise BackendError if this backend cannot run `job` (type or option)."""
+        if job.type not in self.job_types:
+            raise unsupported_type(job.type.value, self.name, self.refusal)
+        self.check_options(job)
+
+    def check_options(self, job: DLCJob) -> None:  # noqa: B027 - optional hook, no refusals by default
+        """Raise BackendError for what this backend cannot express of a job of a type it runs."""
 
     def render(
         self,
@@ -167,13 +178,9 @@ class Backend(ABC):
         """Every kind render() produces, the watched one first (what stop deletes)."""
         return [self.kind(job)]
 
-    def selector(self, name: str) -> dict[str, str]:
-        """Labels that select the job's objects of the watched kind, and its pods."""
-        return {naming.LABEL_JOB: name}
-
-    def main_container(self, job: DLCJob, role: str) -> str:
-        """Name of the container that runs the user's command in a pod of `role`."""
-        return "main"
+    def primary_kinds(self) -> tuple[ResourceKind, ...]:
+        """Every kind `kind()` may answer (finding a job by name alone looks in each)."""
+        return tuple(dict.fromkeys(self.kind(_probe(t)) for t in sorted(self.job_types, key=str)))
 
     @abstractmethod
     def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
@@ -197,7 +204,7 @@ class Backend(ABC):
 
 
 def not_found() -> JobStatus:
-    return JobStatus(state=JobState.STOPPED, reason="NotFound", message="the job's objects are gone (deleted)")
+    return JobStatus(state=JobState.STOPPED, reason=reasons.NOT_FOUND, message="the job's objects are gone (deleted)")
 
 
 def earliest(values: Iterable[object]) -> datetime | None:
@@ -298,11 +305,11 @@ def apply_pods(status: JobStatus, pods: list[dict] | None) -> JobStatus:
     """
     if not pods:
         return status
-    if not status.terminal and not (status.state is JobState.QUEUED and status.reason == "Suspended"):
+    if not status.terminal and not (status.state is JobState.QUEUED and status.reason == reasons.SUSPENDED):
         found = unschedulable(pods)
         if found:
             return status.model_copy(
-                update={"state": JobState.QUEUED, "reason": "Unschedulable", "message": found[1]}
+                update={"state": JobState.QUEUED, "reason": reasons.UNSCHEDULABLE, "message": found[1]}
             )
     if status.state is JobState.FAILED:
         detail = pod_failure(pods)

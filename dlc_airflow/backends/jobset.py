@@ -16,11 +16,17 @@ new deadline); ttlSecondsAfterFinished and suspend (Kueue) are set on the JobSet
 
 successPolicy: All over every role except servers (TensorFlow ps), which never exit.
 MPI hostfiles: a ConfigMap `<name>-hostfile` (second object, owned by the JobSet).
+
+Failure reasons: ReachedMaxRestarts (failurePolicy.maxRestarts used up) is RestartLimitExceeded
+(reasons.py); our FailJobSet rule's reason is kept (the child Job's reason is not in the JobSet's
+status); the controller's message is kept.
 """
 
 from __future__ import annotations
 
-from dlc_airflow import naming, wiring
+from typing import Any
+
+from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.backends.base import (
     CONFIG_MAP,
     Backend,
@@ -36,17 +42,18 @@ from dlc_airflow.backends.base import (
     pod_role_counts,
     queue_labels,
     ttl_seconds,
-    unsupported_type,
 )
-from dlc_airflow.backends.native import (
+from dlc_airflow.backends.batchjob import (
+    JOB_TYPES,
     MAIN_CONTAINER,
+    NO_RAY,
     SERVER_ROLES,
     hostfile_config_map,
-    hostfile_path,
+    job_addressing,
     role_job_spec,
 )
 from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
-from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.jobtypes import ordered_roles
 from dlc_airflow.k8s.kinds import JOBSET
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
@@ -54,35 +61,35 @@ from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 # JobSet's webhook checks `<name>-<role>-<jobindex>-<podindex>-abcde` (a 5-character pod name
 # suffix) against the 63-character DNS label limit.
 _POD_SUFFIX = len("-abcde")
-PERMANENT_FAILURE_REASONS = ["PodFailurePolicy", "DeadlineExceeded"]
+PERMANENT_FAILURE_REASONS = [reasons.NON_RETRYABLE_EXIT, reasons.DEADLINE_EXCEEDED]  # child Job reasons
+
+# JobSet (and TrainJob, which copies its JobSet's conditions) failure reasons -> ours; the
+# others (e.g. FailJobSetFailurePolicyAction: our FailOnPermanentError rule) are kept.
+JOBSET_FAILURE_REASONS = {
+    "ReachedMaxRestarts": reasons.RESTART_LIMIT_EXCEEDED,  # failurePolicy.maxRestarts used up
+    "FailedJobs": reasons.RESTART_LIMIT_EXCEEDED,  # no failurePolicy: a child Job ran out of retries
+    "DeadlineExceeded": reasons.DEADLINE_EXCEEDED,
+}
 
 
 def jobset_addressing(name: str, job: DLCJob) -> wiring.Addressing:
-    from dlc_airflow.backends.native import DEFAULT_PORT
-
-    port = wiring.rendezvous_port(job) or DEFAULT_PORT
-    return wiring.Addressing(host=lambda role, i: f"{name}-{role}-0-{i}.{name}", port=lambda role, i: port)
+    return job_addressing(name, job, host="{name}-{role}-0-{i}.{name}")
 
 
 class JobSetBackend(Backend):
     name = "jobset"
-
-    def check(self, job: DLCJob) -> None:
-        if job.type is JobType.ray:
-            raise unsupported_type("ray", self.name, "a Ray cluster needs the KubeRay operator")
+    job_types = JOB_TYPES  # every type the native backend runs
+    refusal = NO_RAY
 
     def kind(self, job: DLCJob) -> ResourceKind:
         return JOBSET
 
     def kinds(self, job: DLCJob) -> list[ResourceKind]:
-        return [JOBSET, CONFIG_MAP] if hostfile_path(job) else [JOBSET]
-
-    def main_container(self, job: DLCJob, role: str) -> str:
-        return MAIN_CONTAINER
+        return [JOBSET, CONFIG_MAP] if wiring.hostfile_spec(job) else [JOBSET]
 
     def _render(self, job, name, identity, attempt):
-        for role, spec in job.roles.items():
-            pod = f"{name}-{role}-0-{spec.replicas - 1}"
+        for role, role_spec in job.roles.items():
+            pod = f"{name}-{role}-0-{role_spec.replicas - 1}"
             if len(pod) + _POD_SUFFIX > naming.MAX_NAME:
                 raise BackendError(
                     f"jobset backend: pod names such as {pod}-xxxxx exceed 63 characters; "
@@ -185,16 +192,17 @@ def jobset_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
         roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
 
     meta = obj.get("metadata") or {}
-    base = {
+    base: dict[str, Any] = {
         "roles": roles,
         "restarts": restarts,
         "created": earliest([meta.get("creationTimestamp")]),
-        "started": earliest(((p.get("status") or {}).get("startTime") for p in pods or [])),
+        "started": earliest((p.get("status") or {}).get("startTime") for p in pods or []),
     }
     if cond := condition(obj, "Failed"):
+        reason = cond.get("reason") or "Failed"
         return JobStatus(
             state=JobState.FAILED,
-            reason=cond.get("reason") or "Failed",
+            reason=JOBSET_FAILURE_REASONS.get(reason, reason),
             message=cond.get("message") or "",
             finished=latest([cond.get("lastTransitionTime")]),
             **base,
@@ -202,17 +210,17 @@ def jobset_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
     if cond := condition(obj, "Completed"):
         return JobStatus(
             state=JobState.SUCCEEDED,
-            reason=cond.get("reason") or "Completed",
+            reason=cond.get("reason") or reasons.COMPLETED,
             message=cond.get("message") or "",
             finished=latest([condition_time(obj, "Completed")]),
             **base,
         )
     if (cond := condition(obj, "Suspended")) or spec.get("suspend"):
         message = (cond or {}).get("message") or "suspended (waiting for admission, e.g. Kueue)"
-        return JobStatus(state=JobState.QUEUED, reason="Suspended", message=message, **base)
+        return JobStatus(state=JobState.QUEUED, reason=reasons.SUSPENDED, message=message, **base)
     statuses = st.get("replicatedJobsStatus") or []
     if any(int(s.get("failed") or 0) for s in statuses) or (restarts and not any(int(s.get("ready") or 0) for s in statuses)):
-        return JobStatus(state=JobState.RESTARTING, reason="Restarting", message=f"restart {restarts}", **base)
+        return JobStatus(state=JobState.RESTARTING, reason=reasons.RESTARTING, message=f"restart {restarts}", **base)
     if any(int(s.get("ready") or 0) or int(s.get("succeeded") or 0) for s in statuses):
-        return JobStatus(state=JobState.RUNNING, reason="Running", **base)
-    return JobStatus(state=JobState.PENDING, reason="Created", **base)
+        return JobStatus(state=JobState.RUNNING, reason=reasons.RUNNING, **base)
+    return JobStatus(state=JobState.PENDING, reason=reasons.CREATED, **base)

@@ -22,13 +22,18 @@ priorityClass}, suspend when a Kueue queue is set (with the queue-name label).
 Replica restartPolicy: Never without restarts; with restarts ExitCode when
 retryable_exit_codes are set (the operator's ExitCode policy restarts on codes 128-255 and
 fails on 1-127: exact code lists cannot be expressed), else OnFailure.
+
+The operator's Failed reason is `<Kind>Failed` whatever the cause; its message tells:
+"reached the specified backoff limit" (or, with restartPolicy Never, a replica failed) is
+RestartLimitExceeded, "active longer than specified deadline" DeadlineExceeded (reasons.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from dlc_airflow import wiring
+from dlc_airflow import reasons, wiring
 from dlc_airflow.backends.base import (
     CONFIG_MAP,
     Backend,
@@ -43,9 +48,8 @@ from dlc_airflow.backends.base import (
     object_labels,
     queue_labels,
     ttl_seconds,
-    unsupported_type,
 )
-from dlc_airflow.backends.native import hostfile_config_map, hostfile_path
+from dlc_airflow.backends.batchjob import hostfile_config_map
 from dlc_airflow.backends.podspec import IndexSource, pod_template
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.k8s.kinds import MPI_JOB, PYTORCH_JOB, TF_JOB, XGBOOST_JOB
@@ -121,10 +125,10 @@ def kubeflow_addressing(name: str, job: DLCJob) -> wiring.Addressing:
 
 class KubeflowBackend(Backend):
     name = "kubeflow"
+    job_types = frozenset(FLAVORS)
+    refusal = "the Training Operator has no kind for it"
 
-    def check(self, job: DLCJob) -> None:
-        if job.type not in FLAVORS:
-            raise unsupported_type(job.type.value, self.name, "the Training Operator has no kind for it")
+    def check_options(self, job: DLCJob) -> None:
         if job.elastic is not None and "worker" not in job.roles:
             raise BackendError("kubeflow backend: an elastic PyTorchJob needs a worker role (roles.worker)")
 
@@ -135,14 +139,10 @@ class KubeflowBackend(Backend):
     def kinds(self, job: DLCJob) -> list[ResourceKind]:
         return [self.kind(job), CONFIG_MAP] if self._needs_hostfile(job) else [self.kind(job)]
 
-    def main_container(self, job: DLCJob, role: str) -> str:
-        self.check(job)
-        return FLAVORS[job.type].container
-
     @staticmethod
     def _needs_hostfile(job: DLCJob) -> bool:
         # MPIJob's operator writes its own hostfile; PyTorchJob-based MPI launchers need ours.
-        return job.type is not JobType.mpi and hostfile_path(job) is not None
+        return job.type is not JobType.mpi and wiring.hostfile_spec(job) is not None
 
     def _replicas(self, job: DLCJob) -> dict[str, tuple[str, int]]:
         """our role -> (replica type, replicas); promotes xgboost worker 0 to Master."""
@@ -166,6 +166,9 @@ class KubeflowBackend(Backend):
                 config_maps, extra = [found[0]], found[1]
         port = wiring.rendezvous_port(job)
         ports = [{"name": flavor.port_name, "containerPort": port}] if flavor.port_name and port else []
+        # Where the hostfile is: ours (PyTorchJob launchers over MPI) or the MPIJob operator's,
+        # which mounts it at the same path as we do (/etc/mpi/hostfile).
+        hostfile = wiring.hostfile_spec(job)
 
         specs = {}
         for role, (rtype, replicas) in self._replicas(job).items():
@@ -173,8 +176,8 @@ class KubeflowBackend(Backend):
             env = wiring.role_env(job, name, source_role, None, framework=False)
             env["DLC_ROLE"] = role
             env["DLC_ROLE_REPLICAS"] = str(replicas)
-            if extra is not None:
-                env.setdefault("DLC_HOSTFILE", hostfile_path(job)[0])
+            if hostfile is not None:
+                env.setdefault("DLC_HOSTFILE", hostfile.path)
             template = pod_template(
                 job,
                 source_role,
@@ -213,8 +216,8 @@ class KubeflowBackend(Backend):
                     "maxRestarts": job.elastic.max_restarts,
                     "rdzvBackend": "c10d",
                 }
-        if flavor is MPI:
-            spec["slotsPerWorker"] = job.slots_per_worker
+        if flavor is MPI and hostfile is not None:
+            spec["slotsPerWorker"] = hostfile.slots
             spec["mainContainer"] = flavor.container
         spec[flavor.specs_field] = specs
 
@@ -255,7 +258,7 @@ def kubeflow_status(obj: dict) -> JobStatus:
         failed_pods += c.failed
 
     meta = obj.get("metadata") or {}
-    base = {
+    base: dict[str, Any] = {
         "roles": roles,
         "created": earliest([meta.get("creationTimestamp")]),
         "started": earliest([st.get("startTime")]),
@@ -269,18 +272,34 @@ def kubeflow_status(obj: dict) -> JobStatus:
     if cond := condition(obj, "Failed"):
         finished = latest([st.get("completionTime"), cond.get("lastTransitionTime")])
         # every failed pod but the last was restarted
-        return result(JobState.FAILED, "Failed", cond, finished=finished, restarts=max(0, failed_pods - 1))
+        failed = result(JobState.FAILED, "Failed", cond, finished=finished, restarts=max(0, failed_pods - 1))
+        return failed.model_copy(update={"reason": failure_reason(cond, replica_specs)})
     if cond := condition(obj, "Succeeded"):
         finished = latest([st.get("completionTime") or cond.get("lastTransitionTime")])
         return result(JobState.SUCCEEDED, "Succeeded", cond, finished=finished, restarts=failed_pods)
     if cond := condition(obj, "Suspended"):
-        return result(JobState.QUEUED, "Suspended", cond).model_copy(update={"reason": "Suspended"})
+        return result(JobState.QUEUED, reasons.SUSPENDED, cond).model_copy(update={"reason": reasons.SUSPENDED})
     if cond := condition(obj, "Restarting"):
-        return result(JobState.RESTARTING, "Restarting", cond, restarts=max(1, failed_pods))
+        return result(JobState.RESTARTING, reasons.RESTARTING, cond, restarts=max(1, failed_pods))
     if cond := condition(obj, "Running"):
-        return result(JobState.RUNNING, "Running", cond, restarts=failed_pods)
+        return result(JobState.RUNNING, reasons.RUNNING, cond, restarts=failed_pods)
     if (spec.get("runPolicy") or {}).get("suspend"):
-        return JobStatus(state=JobState.QUEUED, reason="Suspended",
+        return JobStatus(state=JobState.QUEUED, reason=reasons.SUSPENDED,
                          message="suspended (waiting for admission, e.g. Kueue)", **base)
     cond = condition(obj, "Created") or {}
-    return result(JobState.PENDING, "Created", cond, restarts=failed_pods)
+    return result(JobState.PENDING, reasons.CREATED, cond, restarts=failed_pods)
+
+
+def failure_reason(cond: dict, replica_specs: dict) -> str:
+    """Ours for the operator's Failed condition, whose reason is `<Kind>Failed` whatever the cause:
+    its message tells (the operator's wording, kept in JobStatus.message)."""
+    message = cond.get("message") or ""
+    if "reached the specified backoff limit" in message:  # runPolicy.backoffLimit used up
+        return reasons.RESTART_LIMIT_EXCEEDED
+    if "active longer than specified deadline" in message:
+        return reasons.DEADLINE_EXCEEDED
+    never = {(r or {}).get("restartPolicy") for r in replica_specs.values()} == {"Never"}
+    if never and "replica(s) failed" in message:
+        # restartPolicy Never (max_restarts 0): the first failure used up the restart budget
+        return reasons.RESTART_LIMIT_EXCEEDED
+    return cond.get("reason") or "Failed"

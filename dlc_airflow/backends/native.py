@@ -35,6 +35,12 @@ deleting the primary would delete the whole job, the failed Job too: `stop_patch
 Job a deadline already past, so the Job controller stops its pods and marks it Failed
 (DeadlineExceeded; ttlSecondsAfterFinished then applies as to any finished Job), and an
 annotation tells the status mapping that this failure is ours, not the job's.
+
+The batch/v1 pieces (addressing, hostfile ConfigMap, role JobSpec, status of role Jobs) are in
+batchjob.py, shared with the jobset backend. Failure reasons (reasons.py): a replica out of
+restarts (MaxFailedIndexesExceeded, FailedIndexes, BackoffLimitExceeded) is
+RestartLimitExceeded, the FailJob rule PodFailurePolicy, the deadline DeadlineExceeded; the Job
+controller's wording stays in the message.
 """
 
 from __future__ import annotations
@@ -47,145 +53,44 @@ from dlc_airflow.backends.base import (
     Backend,
     ResourceKind,
     apply_pods,
-    condition_time,
-    deadline_seconds,
-    earliest,
-    latest,
     not_found,
     object_annotations,
     object_labels,
     queue_labels,
-    ttl_seconds,
-    unsupported_type,
 )
-from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION, JOB_INDEX, Volumes, pod_template
-from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.backends.batchjob import (
+    JOB_TYPES,
+    MAIN_CONTAINER,
+    NO_RAY,
+    SETTLED_ANNOTATION,
+    hostfile_config_map,
+    job_addressing,
+    jobs_status,
+    replaced_failures,
+    role_job_spec,
+    settled,
+)
+from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
+from dlc_airflow.jobtypes import ordered_roles
 from dlc_airflow.spec import DLCJob
-from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
-
-# on a role Job stopped by the runner after the job as a whole had finished
-SETTLED_ANNOTATION = naming.PREFIX + "settled"
-
-# Port for peers when the job type has no rendezvous port (MPI, batch, custom).
-DEFAULT_PORT = 29500
-MAIN_CONTAINER = "main"
-HOSTFILE_KEY = "hostfile"
-# Roles that serve until killed; they do not count towards success.
-SERVER_ROLES = frozenset({"ps"})
-
-
-def job_addressing(name: str, job: DLCJob) -> wiring.Addressing:
-    port = wiring.rendezvous_port(job) or DEFAULT_PORT
-    return wiring.Addressing(host=lambda role, i: f"{name}-{role}-{i}.{name}", port=lambda role, i: port)
-
-
-def hostfile_path(job: DLCJob) -> tuple[str, int] | None:
-    """(mount path, slots) of the job's hostfile, for types that launch over MPI."""
-    if job.type is JobType.mpi:
-        return wiring.MPI_HOSTFILE, job.slots_per_worker
-    if job.type in (JobType.deepspeed, JobType.megatron) and job.launcher == "mpi":
-        slots = job.slots_per_worker if "slots_per_worker" in job.model_fields_set else job.nproc_per_node
-        return wiring.DEEPSPEED_HOSTFILE, slots
-    return None
-
-
-def hostfile_config_map(
-    job: DLCJob, name: str, addr: wiring.Addressing, labels: dict, annotations: dict
-) -> tuple[dict, Volumes] | None:
-    """The hostfile ConfigMap `<name>-hostfile`, and its volume + mount (one file, subPath)."""
-    found = hostfile_path(job)
-    if found is None:
-        return None
-    path, slots = found
-    cm_name = naming.child_name(name, "hostfile")
-    metadata: dict = {"name": cm_name, "labels": labels}
-    if annotations:
-        metadata["annotations"] = annotations
-    cm = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata,
-        "data": {HOSTFILE_KEY: wiring.hostfile(job, addr, slots)},
-    }
-    volume = {"name": "hostfile", "configMap": {"name": cm_name}}
-    mount = {"name": "hostfile", "mountPath": path, "subPath": HOSTFILE_KEY, "readOnly": True}
-    return cm, Volumes([volume], [mount])
-
-
-def pod_failure_rules(job: DLCJob, container: str) -> list[dict]:
-    """podFailurePolicy rules; order matters (the first matching rule decides)."""
-    ft = job.fault_tolerance
-    rules: list[dict] = []
-    if ft.restart_on_preemption:
-        rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
-    if ft.retryable_exit_codes:
-        rules.append(
-            {
-                "action": "FailJob",
-                # Only the main container: a failed clone or health check is retried as usual.
-                "onExitCodes": {
-                    "containerName": container,
-                    "operator": "NotIn",
-                    "values": sorted(set(ft.retryable_exit_codes)),
-                },
-            }
-        )
-    return rules
-
-
-def role_job_spec(
-    job: DLCJob,
-    role: str,
-    template: dict,
-    *,
-    per_index_restarts: bool = True,
-    ttl: bool = True,
-    suspend: bool = True,
-) -> dict:
-    """The batch/v1 JobSpec of one role (native uses all of it; JobSet drops some parts)."""
-    replicas = job.roles[role].replicas
-    spec: dict = {
-        "completionMode": "Indexed",
-        "completions": replicas,
-        "parallelism": replicas,
-    }
-    if per_index_restarts:
-        spec["backoffLimitPerIndex"] = job.fault_tolerance.max_restarts
-        spec["maxFailedIndexes"] = 0
-    else:
-        spec["backoffLimit"] = 0
-    if rules := pod_failure_rules(job, MAIN_CONTAINER):
-        spec["podFailurePolicy"] = {"rules": rules}
-    if (deadline := deadline_seconds(job)) is not None:
-        spec["activeDeadlineSeconds"] = deadline
-    if ttl and (seconds := ttl_seconds(job)) is not None:
-        spec["ttlSecondsAfterFinished"] = seconds
-    if suspend and job.scheduling.queue:
-        spec["suspend"] = True
-    spec["template"] = template
-    return spec
+from dlc_airflow.status import JobState, JobStatus, condition
 
 
 class NativeBackend(Backend):
     """batch/v1 Indexed Jobs + headless Service: runs on any conformant cluster."""
 
     name = "native"
-
-    def check(self, job: DLCJob) -> None:
-        if job.type is JobType.ray:
-            raise unsupported_type("ray", self.name, "a Ray cluster needs the KubeRay operator")
+    job_types = JOB_TYPES
+    refusal = NO_RAY
 
     def kind(self, job: DLCJob) -> ResourceKind:
         return JOB
 
     def kinds(self, job: DLCJob) -> list[ResourceKind]:
         kinds = [JOB, SERVICE]
-        if hostfile_path(job):
+        if wiring.hostfile_spec(job):
             kinds.append(CONFIG_MAP)
         return kinds
-
-    def main_container(self, job: DLCJob, role: str) -> str:
-        return MAIN_CONTAINER
 
     def _render(self, job, name, identity, attempt):
         addr = job_addressing(name, job)
@@ -240,7 +145,7 @@ class NativeBackend(Backend):
         # FailureTarget / SuccessCriteriaMet: the Job controller is already finishing it
         done = ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
         return [o["metadata"]["name"] for o in objects
-                if not _settled(o) and not any(condition(o, c) for c in done)]
+                if not settled(o) and not any(condition(o, c) for c in done)]
 
     def stop_patch(self) -> dict:
         return {"metadata": {"annotations": {SETTLED_ANNOTATION: "true"}},
@@ -255,131 +160,3 @@ class NativeBackend(Backend):
             # The pods tell which failures were replaced, whatever ended the job.
             status = status.model_copy(update={"restarts": replaced_failures(pods)})
         return status
-
-
-def replaced_failures(pods: list[dict]) -> int:
-    """Failed pods that got a successor for the same replica (preempted ones not counted)."""
-    by_replica: dict[tuple[str, str], list[dict]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        key = ((meta.get("labels") or {}).get(naming.LABEL_ROLE, ""),
-               (meta.get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION, meta.get("name", "")))
-        by_replica.setdefault(key, []).append(pod)
-    count = 0
-    for replica in by_replica.values():
-        replica.sort(key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "",
-                                    (p.get("metadata") or {}).get("name", "")))
-        for pod in replica[:-1]:
-            status = pod.get("status") or {}
-            disrupted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-                            for c in status.get("conditions") or [])
-            count += status.get("phase") == "Failed" and not disrupted
-    return count
-
-
-def _index_count(intervals: str) -> int:
-    """How many indexes an interval list such as '0,2-4' names."""
-    count = 0
-    for part in filter(None, (intervals or "").split(",")):
-        low, _, high = part.partition("-")
-        count += int(high or low) - int(low) + 1
-    return count
-
-
-def _role_of(obj: dict) -> str:
-    meta = obj.get("metadata") or {}
-    role = (meta.get("labels") or {}).get(naming.LABEL_ROLE)
-    if role:
-        return role
-    name, job_name = meta.get("name", ""), (meta.get("labels") or {}).get(naming.LABEL_JOB, "")
-    return name[len(job_name) + 1 :] if job_name and name.startswith(job_name + "-") else name
-
-
-def _failed_condition(obj: dict) -> dict | None:
-    return condition(obj, "Failed") or condition(obj, "FailureTarget")
-
-
-def _settled(obj: dict) -> bool:
-    return SETTLED_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {})
-
-
-def _complete(obj: dict) -> bool:
-    return bool(condition(obj, "Complete") or condition(obj, "SuccessCriteriaMet"))
-
-
-def jobs_status(jobs: list[dict]) -> JobStatus:
-    """Aggregate batch/v1 Jobs (one per role) into one JobStatus. Also used by JobSet."""
-    roles: dict[str, RoleCounts] = {}
-    failed_pods = 0
-    for obj in sorted(jobs, key=_role_of):
-        spec, st = obj.get("spec") or {}, obj.get("status") or {}
-        role = _role_of(obj)
-        c = roles.setdefault(role, RoleCounts())
-        c.replicas += int(spec.get("completions") or spec.get("parallelism") or 1)
-        c.active += int(st.get("active") or 0)
-        c.succeeded += int(st.get("succeeded") or 0)
-        c.failed += int(st.get("failed") or 0)
-        if not _settled(obj):  # the pods the runner stopped are not failures of the job
-            failed_pods += int(st.get("failed") or 0)
-
-    created = earliest((o.get("metadata") or {}).get("creationTimestamp") for o in jobs)
-    started = earliest((o.get("status") or {}).get("startTime") for o in jobs)
-    base = {"roles": roles, "created": created, "started": started}
-
-    for obj in jobs:
-        cond = None if _settled(obj) else _failed_condition(obj)
-        if cond:
-            message = cond.get("message") or ""
-            role = _role_of(obj)
-            # Without pods: the failed pods of an index that ran out of restarts, but its last
-            # one, were restarts (a FailJob rule or the deadline ends the job without any).
-            final = sum(_index_count((o.get("status") or {}).get("failedIndexes") or "") for o in jobs)
-            return JobStatus(
-                state=JobState.FAILED,
-                reason=cond.get("reason") or "Failed",
-                message=f"{role}: {message}" if message else f"{role} failed",
-                finished=latest([condition_time(obj, "Failed") or cond.get("lastTransitionTime")]),
-                restarts=max(0, failed_pods - final) if final else 0,
-                **base,
-            )
-
-    finishing = [o for o in jobs if _role_of(o) not in SERVER_ROLES] or jobs
-    if all(_complete(o) for o in finishing):
-        # SuccessCriteriaMet comes first; completionTime and Complete once the pods are gone.
-        finished = latest(
-            (o.get("status") or {}).get("completionTime") or condition_time(o, "Complete")
-            or condition_time(o, "SuccessCriteriaMet") for o in finishing
-        )
-        # Every failed pod of a job that succeeded was replaced.
-        return JobStatus(state=JobState.SUCCEEDED, reason="Completed", finished=finished,
-                         restarts=failed_pods, **base)
-
-    # spec.suspend covers the moment before the controller has written the condition.
-    suspended = [o for o in jobs if condition(o, "Suspended") or (o.get("spec") or {}).get("suspend")]
-    if suspended:
-        cond = condition(suspended[0], "Suspended") or {}
-        roles_waiting = ", ".join(_role_of(o) for o in suspended)
-        message = cond.get("message") or f"suspended: {roles_waiting} (waiting for admission, e.g. Kueue)"
-        return JobStatus(state=JobState.QUEUED, reason="Suspended", message=message, **base)
-
-    def count(key: str) -> int:
-        return sum(int((o.get("status") or {}).get(key) or 0) for o in jobs)
-
-    has_ready = all("ready" in (o.get("status") or {}) for o in jobs)
-    # A pod counts as running once Ready (init containers done); clusters that do not report
-    # `ready` fall back to `active`, which includes pending pods.
-    running = count("ready") > 0 if has_ready else count("active") > 0
-    running = running or count("succeeded") > 0
-    expected = sum(c.replicas for c in roles.values())
-    up = count("ready") if has_ready else count("active")
-    if failed_pods and up + count("succeeded") < expected:
-        return JobStatus(
-            state=JobState.RESTARTING,
-            reason="Restarting",
-            message=f"{failed_pods} failed pod(s); replacements pending",
-            restarts=failed_pods,
-            **base,
-        )
-    if running:
-        return JobStatus(state=JobState.RUNNING, reason="Running", restarts=failed_pods, **base)
-    return JobStatus(state=JobState.PENDING, reason="Created", restarts=failed_pods, **base)

@@ -16,8 +16,9 @@ Index-dependent env (`wiring.IndexExpr`) becomes, per value:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any
 
 from dlc_airflow.backends.base import BackendError
 from dlc_airflow.spec import DLCJob, Resources
@@ -160,8 +161,10 @@ def _mount(name: str, path: str, read_only: bool = False, sub_path: str | None =
 
 def storage_volumes(job: DLCJob) -> Volumes:
     """Storage mounts, code and shared memory. Names are `<kind>-<n>`: stable and DNS-safe."""
-    volumes, mounts = [], []
+    volumes: list[dict] = []
+    mounts: list[dict] = []
     for i, m in enumerate(job.storage):
+        source: dict[str, Any]
         if m.type == "pvc":
             name, source = f"pvc-{i}", {"persistentVolumeClaim": {"claimName": m.claim_name}}
             if m.read_only:
@@ -283,7 +286,7 @@ def clone_container(job: DLCJob, mounts: list[dict]) -> dict | None:
     code = job.code
     if code is None:
         return None
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "DLC_GIT_REPO", "value": code.repo},
         {"name": "DLC_GIT_REVISION", "value": code.revision},
         {"name": "DLC_CODE_DIR", "value": code.mount_path},

@@ -12,13 +12,17 @@ given. KubeRay writes the head and worker containers' command (`ray start ...`),
 carry our env, resources, volumes and placement but no command, and roles.worker.command
 is refused. KubeRay sets RAY_ADDRESS in the pods itself (the head Service name is generated),
 so the framework wiring is not added; pods have no replica index (DLC_ROLE_INDEX unset).
+
+A RayJob left Failed with reason AppFailed has used up its retries (KubeRay retries until
+status.failed reaches backoffLimit + 1): RestartLimitExceeded (reasons.py), KubeRay's message kept.
 """
 
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
-from dlc_airflow import wiring
+from dlc_airflow import reasons, wiring
 from dlc_airflow.backends.base import (
     Backend,
     BackendError,
@@ -33,7 +37,6 @@ from dlc_airflow.backends.base import (
     pod_role_counts,
     queue_labels,
     ttl_seconds,
-    unsupported_type,
 )
 from dlc_airflow.backends.podspec import pod_template
 from dlc_airflow.jobtypes import JobType
@@ -60,10 +63,10 @@ def entrypoint(job: DLCJob) -> str:
 
 class RayBackend(Backend):
     name = "ray"
+    job_types = frozenset({JobType.ray})
+    refusal = "a KubeRay RayJob runs type 'ray' only"
 
-    def check(self, job: DLCJob) -> None:
-        if job.type is not JobType.ray:
-            raise unsupported_type(job.type.value, self.name, "a KubeRay RayJob runs type 'ray' only")
+    def check_options(self, job: DLCJob) -> None:
         worker = job.roles.get("worker")
         if worker and (worker.command or worker.shell):
             raise BackendError(
@@ -73,9 +76,6 @@ class RayBackend(Backend):
 
     def kind(self, job: DLCJob) -> ResourceKind:
         return RAY_JOB
-
-    def main_container(self, job: DLCJob, role: str) -> str:
-        return HEAD_CONTAINER if role == "head" else WORKER_CONTAINER
 
     def _template(self, job, name, role, identity, attempt, annotations, container):
         return pod_template(
@@ -153,7 +153,7 @@ def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
 
     meta = obj.get("metadata") or {}
     failed = int(st.get("failed") or 0)
-    base = {
+    base: dict[str, Any] = {
         "roles": roles,
         # KubeRay counts every failed run in status.failed, the final one of a failed job too.
         "restarts": max(0, failed - 1) if deployment in ("Failed", "ValidationFailed") else failed,
@@ -166,21 +166,36 @@ def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
         if job_status == "SUCCEEDED":
             return JobStatus(state=JobState.SUCCEEDED, reason="Succeeded", message=message, finished=finished, **base)
         if job_status == "STOPPED":
-            return JobStatus(state=JobState.STOPPED, reason="Stopped", message=message or "the Ray job was stopped", finished=finished, **base)
-        return JobStatus(state=JobState.FAILED, reason=reason or "AppFailed",
+            return JobStatus(state=JobState.STOPPED, reason=reasons.STOPPED, message=message or "the Ray job was stopped", finished=finished, **base)
+        return JobStatus(state=JobState.FAILED, reason=failure_reason(reason or "AppFailed"),
                          message=message or f"Ray job status {job_status or 'unknown'}", finished=finished, **base)
     if deployment in ("Failed", "ValidationFailed"):
-        return JobStatus(state=JobState.FAILED, reason=reason or deployment, message=message, finished=finished, **base)
+        return JobStatus(state=JobState.FAILED, reason=failure_reason(reason or deployment), message=message,
+                         finished=finished, **base)
     if job_status in ("FAILED",) and deployment not in ("Retrying", "Running"):
-        return JobStatus(state=JobState.FAILED, reason=reason or "AppFailed", message=message, finished=finished, **base)
+        return JobStatus(state=JobState.FAILED, reason=failure_reason(reason or "AppFailed"), message=message,
+                         finished=finished, **base)
     if deployment in ("Suspended", "Suspending") or (spec.get("suspend") and deployment in ("", "New")):
-        return JobStatus(state=JobState.QUEUED, reason="Suspended",
+        return JobStatus(state=JobState.QUEUED, reason=reasons.SUSPENDED,
                          message=message or "suspended (waiting for admission, e.g. Kueue)", **base)
     if deployment == "Retrying":
         return JobStatus(state=JobState.RESTARTING, reason="Retrying", message=message,
                          **{**base, "restarts": max(1, base["restarts"])})
     if deployment == "Running" and job_status == "RUNNING":
-        return JobStatus(state=JobState.RUNNING, reason="Running", message=message, **base)
+        return JobStatus(state=JobState.RUNNING, reason=reasons.RUNNING, message=message, **base)
     if deployment == "Running":
         return JobStatus(state=JobState.PENDING, reason=f"Ray job {job_status or 'PENDING'}", message=message, **base)
-    return JobStatus(state=JobState.PENDING, reason=deployment or "Created", message=message, **base)
+    return JobStatus(state=JobState.PENDING, reason=deployment or reasons.CREATED, message=message, **base)
+
+
+# KubeRay's failure reasons -> ours; the others (SubmissionFailed, ValidationFailed...) are kept.
+RAY_FAILURE_REASONS = {
+    # KubeRay retries a failed run (Retrying) until status.failed reaches backoffLimit + 1: a
+    # RayJob left Failed with AppFailed has used up its restarts (max_restarts).
+    "AppFailed": reasons.RESTART_LIMIT_EXCEEDED,
+    "DeadlineExceeded": reasons.DEADLINE_EXCEEDED,
+}
+
+
+def failure_reason(reason: str) -> str:
+    return RAY_FAILURE_REASONS.get(reason, reason)

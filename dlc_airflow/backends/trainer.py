@@ -24,11 +24,18 @@ priority class, restart limits or retryable exit codes: jobs using code, health_
 scheduling.priority_class or fault_tolerance.max_restarts/retryable_exit_codes are refused
 (use native, jobset or kubeflow). ttl_after_finished has no TrainJob field and is not
 applied (the job stays until deleted).
+
+MPI runtimes (mpi, deepspeed with launcher="mpi") get numProcPerNode = the hostfile slots of
+`wiring.hostfile_spec` (what the other backends write into their hostfiles) and DLC_HOSTFILE =
+the runtime's hostfile (/etc/mpi/hostfile, mounted in the launcher). Status: the conditions of
+the TrainJob's JobSet, copied by the Trainer controller, mapped as on the jobset backend.
 """
 
 from __future__ import annotations
 
-from dlc_airflow import wiring
+from typing import Any
+
+from dlc_airflow import reasons, wiring
 from dlc_airflow.backends.base import (
     Backend,
     BackendError,
@@ -43,8 +50,8 @@ from dlc_airflow.backends.base import (
     pod_role_counts,
     queue_labels,
     suggest,
-    unsupported_type,
 )
+from dlc_airflow.backends.jobset import JOBSET_FAILURE_REASONS
 from dlc_airflow.backends.podspec import (
     JOB_INDEX,
     OUTPUT_FILE,
@@ -79,6 +86,8 @@ DEFAULT_RUNTIMES: dict[str, str] = {
 
 class TrainerBackend(Backend):
     name = "trainer"
+    job_types = frozenset({JobType.pytorch, JobType.deepspeed, JobType.megatron, JobType.mpi})
+    refusal = "no Kubeflow Trainer runtime for it"
 
     def __init__(self, runtimes: dict[str, str] | None = None):
         """`runtimes` overrides runtime names by type ("deepspeed-mpi" for launcher="mpi")."""
@@ -92,13 +101,13 @@ class TrainerBackend(Backend):
     def runtime_name(self, job: DLCJob) -> str:
         return self.runtimes[self._runtime_key(job)]
 
-    def _is_mpi(self, job: DLCJob) -> bool:
-        return job.type is JobType.mpi or (job.type in (JobType.deepspeed, JobType.megatron) and job.launcher == "mpi")
+    @staticmethod
+    def _is_mpi(job: DLCJob) -> bool:
+        """Launched over MPI (the runtime's launcher + sshd nodes): the jobs with a hostfile."""
+        return wiring.hostfile_spec(job) is not None
 
-    def check(self, job: DLCJob) -> None:
+    def check_options(self, job: DLCJob) -> None:
         t = job.type.value
-        if self._runtime_key(job) not in self.runtimes:
-            raise unsupported_type(t, self.name, "no Kubeflow Trainer runtime for it")
         if job.type is JobType.megatron and job.launcher == "mpi":
             raise BackendError(f"trainer backend: megatron with launcher='mpi' has no upstream runtime; {suggest(t, self.name)}")
         extra = sorted(set(job.roles) - ({"launcher", "worker"} if job.type is JobType.mpi else {"worker"}))
@@ -129,14 +138,13 @@ class TrainerBackend(Backend):
     def kind(self, job: DLCJob) -> ResourceKind:
         return TRAIN_JOB
 
-    def main_container(self, job: DLCJob, role: str) -> str:
-        return TRAINER_CONTAINER
-
     def _render(self, job, name, identity, attempt):
         command_role = "launcher" if job.type is JobType.mpi else "worker"
         node_role = "worker"
         res = job.role_resources(node_role)
         env = wiring.role_env(job, name, node_role, None, framework=False)
+        if self._is_mpi(job):  # the runtime's MPI plugin mounts its hostfile there
+            env.setdefault("DLC_HOSTFILE", wiring.MPI_HOSTFILE)
         env["DLC_OUTPUT_FILE"] = OUTPUT_FILE
         entries, exports = env_and_exports(env, JOB_INDEX)
         if exports:  # pragma: no cover - only framework env has computed values
@@ -148,10 +156,9 @@ class TrainerBackend(Backend):
             "env": entries,
             "numNodes": job.roles[node_role].replicas,
         }
-        if self._is_mpi(job):
-            trainer["numProcPerNode"] = job.slots_per_worker if job.type is JobType.mpi else job.nproc_per_node
-        else:
-            trainer["numProcPerNode"] = job.nproc_per_node
+        # MPI runtimes write the hostfile from numProcPerNode: the slots of wiring.hostfile_spec.
+        hostfile = wiring.hostfile_spec(job)
+        trainer["numProcPerNode"] = hostfile.slots if hostfile else job.nproc_per_node
         if values := resource_list(res):
             trainer["resourcesPerNode"] = {"requests": dict(values), "limits": dict(values)}
 
@@ -215,23 +222,25 @@ def trainjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
         roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
 
     meta = obj.get("metadata") or {}
-    base = {
+    base: dict[str, Any] = {
         "roles": roles,
         "created": earliest([meta.get("creationTimestamp")]),
-        "started": earliest(((p.get("status") or {}).get("startTime") for p in pods or [])),
+        "started": earliest((p.get("status") or {}).get("startTime") for p in pods or []),
     }
     if cond := condition(obj, "Failed"):
-        return JobStatus(state=JobState.FAILED, reason=cond.get("reason") or "Failed",
+        # the condition of the TrainJob's JobSet, copied by the Trainer controller
+        reason = cond.get("reason") or "Failed"
+        return JobStatus(state=JobState.FAILED, reason=JOBSET_FAILURE_REASONS.get(reason, reason),
                          message=cond.get("message") or "", finished=latest([cond.get("lastTransitionTime")]), **base)
     if cond := condition(obj, "Complete"):
         return JobStatus(state=JobState.SUCCEEDED, reason=cond.get("reason") or "Complete",
                          message=cond.get("message") or "", finished=latest([cond.get("lastTransitionTime")]), **base)
     if (cond := condition(obj, "Suspended")) or spec.get("suspend"):
-        return JobStatus(state=JobState.QUEUED, reason="Suspended",
+        return JobStatus(state=JobState.QUEUED, reason=reasons.SUSPENDED,
                          message=(cond or {}).get("message") or "suspended (waiting for admission, e.g. Kueue)", **base)
     statuses = st.get("jobsStatus") or []
     if any(int(s.get("failed") or 0) for s in statuses):
-        return JobStatus(state=JobState.RESTARTING, reason="Restarting", **base)
+        return JobStatus(state=JobState.RESTARTING, reason=reasons.RESTARTING, **base)
     if any(int(s.get("ready") or 0) or int(s.get("succeeded") or 0) for s in statuses):
-        return JobStatus(state=JobState.RUNNING, reason="Running", **base)
-    return JobStatus(state=JobState.PENDING, reason="Created", **base)
+        return JobStatus(state=JobState.RUNNING, reason=reasons.RUNNING, **base)
+    return JobStatus(state=JobState.PENDING, reason=reasons.CREATED, **base)

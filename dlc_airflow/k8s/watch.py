@@ -92,14 +92,6 @@ class SharedWatch:
         with self._lock:
             return sum(len(v) for v in self._subscribers.values())
 
-    def current(self, job: str) -> JobObjects | None:
-        with self._lock:
-            objs = self._objects.get(job)
-            return objs.copy() if objs else None
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self._synced.wait(timeout)
-
     def stop(self) -> None:
         self._stop.set()
 

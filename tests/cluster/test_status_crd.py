@@ -10,10 +10,11 @@ KubeRunner.status (the waiting side's path).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dlc_airflow import reasons
 from dlc_airflow.backends import get_backend
 from dlc_airflow.k8s.client import KubeClient
 from dlc_airflow.k8s.kinds import kind_of
@@ -22,7 +23,7 @@ from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, missing_fields, unique_name
 
-T0 = datetime.now(timezone.utc).replace(microsecond=0)
+T0 = datetime.now(UTC).replace(microsecond=0)
 
 
 def at(seconds: int) -> str:
@@ -163,7 +164,8 @@ def test_mpijob_failed_names_the_replica(kube, admin):
           "Worker": replica_status(name, "Worker", "mpijob-controller", active=2)}
     s = c.write({"conditions": [created, {**running, "status": "False"}, failed], "startTime": at(5),
                  "completionTime": at(50), "replicaStatuses": rs})
-    assert (s.state, s.reason) == (JobState.FAILED, "MPIJobFailed")
+    # restartPolicy Never (max_restarts 0): the first failure used up the restarts
+    assert (s.state, s.reason) == (JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED)
     assert "1 Launcher replica(s) failed" in s.message and s.finished == T0 + timedelta(seconds=50)
     assert counts(s) == {"launcher": (1, 0, 0, 1), "worker": (2, 2, 0, 0)}
 
@@ -187,7 +189,7 @@ def test_xgboostjob_backoff_limit(kube, admin):
                      f"Job {name} has failed because it has reached the specified backoff limit", 300)
     s = c.write({"conditions": [created, {**running, "status": "False"}, failed], "startTime": at(5),
                  "replicaStatuses": rs({"active": 1}, {"active": 1, "failed": 3})})
-    assert (s.state, s.reason) == (JobState.FAILED, "XGBoostJobFailed") and "backoff limit" in s.message
+    assert (s.state, s.reason) == (JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED) and "backoff limit" in s.message
     assert s.finished == T0 + timedelta(seconds=300) and counts(s)["worker"] == (2, 1, 0, 3)
 
 
@@ -236,7 +238,7 @@ def test_trainjob_suspended_then_failed(kube, admin):
                        f"jobset failed due to one or more job failures (first failed job: {c.name}-launcher-0)", 90)
     s = c.write({"conditions": [resumed, failed], "jobsStatus": [job_status("launcher", failed=1),
                                                                 job_status("node", active=1)]})
-    assert (s.state, s.reason) == (JobState.FAILED, "FailedJobs")
+    assert (s.state, s.reason) == (JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED)
     assert f"first failed job: {c.name}-launcher-0" in s.message
     assert counts(s)["launcher"] == (1, 0, 0, 1)
 
@@ -246,7 +248,7 @@ def test_trainjob_deadline_exceeded(kube, admin):
     c = Controller(kube, admin, "trainer", job, "trjd")
     failed = meta_cond("Failed", "DeadlineExceeded", "TrainJob exceeded its activeDeadlineSeconds", 600)
     s = c.write({"conditions": [failed], "jobsStatus": [job_status("node", failed=1)]})
-    assert (s.state, s.reason) == (JobState.FAILED, "DeadlineExceeded")
+    assert (s.state, s.reason) == (JobState.FAILED, reasons.DEADLINE_EXCEEDED)
 
 
 # -- JobSet ---------------------------------------------------------------------------------------------
@@ -273,11 +275,11 @@ def test_jobset_restart_then_complete(kube, admin):
     assert s.finished == T0 + timedelta(seconds=800) and counts(s)["worker"] == (2, 0, 2, 0)
 
 
-@pytest.mark.parametrize("reason, message, restarts", [
-    ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts", 2),
-    ("FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action", 0),
+@pytest.mark.parametrize("reason, message, restarts, ours", [
+    ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts", 2, reasons.RESTART_LIMIT_EXCEEDED),
+    ("FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action", 0, "FailJobSetFailurePolicyAction"),
 ])
-def test_jobset_failed(kube, admin, reason, message, restarts):
+def test_jobset_failed(kube, admin, reason, message, restarts, ours):
     job = DLCJob(type="tensorflow", image=IMAGE, command=COMMAND, roles={"chief": 1, "ps": 1, "worker": 2},
                  fault_tolerance={"max_restarts": 2, "retryable_exit_codes": [137]})
     c = Controller(kube, admin, "jobset", job, "jsf")
@@ -287,7 +289,7 @@ def test_jobset_failed(kube, admin, reason, message, restarts):
                  "terminalState": "Failed",
                  "replicatedJobsStatus": [job_status("chief", active=1), job_status("ps", active=1),
                                           job_status("worker", failed=1)]})
-    assert (s.state, s.reason, s.message, s.restarts) == (JobState.FAILED, reason, full_message, restarts)
+    assert (s.state, s.reason, s.message, s.restarts) == (JobState.FAILED, ours, full_message, restarts)
     assert counts(s)["worker"] == (2, 0, 0, 2)
 
 
@@ -339,11 +341,11 @@ def test_rayjob_retry_then_complete(kube, admin):
     assert (s.state, s.restarts) == (JobState.SUCCEEDED, 1) and s.finished == T0 + timedelta(seconds=700)
 
 
-@pytest.mark.parametrize("reason, job_state, failed, restarts", [
-    ("AppFailed", "FAILED", 2, 1),  # backoffLimit 1: two runs failed, one restart
-    ("DeadlineExceeded", "RUNNING", 1, 0),  # KubeRay counts the run the deadline ended too
+@pytest.mark.parametrize("reason, job_state, failed, restarts, ours", [
+    ("AppFailed", "FAILED", 2, 1, reasons.RESTART_LIMIT_EXCEEDED),  # backoffLimit 1: two runs failed, one restart
+    ("DeadlineExceeded", "RUNNING", 1, 0, reasons.DEADLINE_EXCEEDED),  # KubeRay counts the run the deadline ended too
 ])
-def test_rayjob_failed(kube, admin, reason, job_state, failed, restarts):
+def test_rayjob_failed(kube, admin, reason, job_state, failed, restarts, ours):
     job = DLCJob(type="ray", image=IMAGE, command=COMMAND, roles={"head": 1}, max_running_time="1h",
                  fault_tolerance={"max_restarts": 1})
     c = Controller(kube, admin, "ray", job, "rayf")
@@ -352,5 +354,5 @@ def test_rayjob_failed(kube, admin, reason, job_state, failed, restarts):
                                    "ActiveDeadlineSeconds: 3600"}[reason]
     s = c.write(ray_status("Failed", job_state, reason=reason, message=message, failed=failed,
                            startTime=at(0), endTime=at(3600)))
-    assert (s.state, s.reason, s.message, s.restarts) == (JobState.FAILED, reason, message, restarts)
+    assert (s.state, s.reason, s.message, s.restarts) == (JobState.FAILED, ours, message, restarts)
     assert s.finished == T0 + timedelta(seconds=3600)

@@ -30,7 +30,7 @@ TERMINAL = {JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED}
 
 def failing(exit_code: int) -> dict:
     """Labels and annotations that make kwok fail the main container with `exit_code`."""
-    return dict(labels={CHAOS: "true"}, annotations={f"{CHAOS}/exit-code": str(exit_code), f"{CHAOS}/delay": "0s"})
+    return {"labels": {CHAOS: "true"}, "annotations": {f"{CHAOS}/exit-code": str(exit_code), f"{CHAOS}/delay": "0s"}}
 
 
 SCENARIOS = {
@@ -39,10 +39,10 @@ SCENARIOS = {
                           fault_tolerance={"max_restarts": 2, "retryable_exit_codes": [137]}, **failing(3)),
     # a retryable error every time: one restart, then the replica (and the job) fails
     "backoff": dict(type="batch", roles={"worker": 1}, fault_tolerance={"max_restarts": 1}, **failing(1)),
-    "deadline": dict(type="pytorch", roles={"master": 1, "worker": 1}, max_running_time=3,
-                     annotations={DELAY: "600s"}),
-    "unschedulable": dict(type="batch", roles={"worker": 1}, resources={"gpu": 64}),
-    "suspended": dict(type="batch", roles={"worker": 2}, scheduling={"queue": "team-ml"}),
+    "deadline": {"type": "pytorch", "roles": {"master": 1, "worker": 1}, "max_running_time": 3,
+                 "annotations": {DELAY: "600s"}},
+    "unschedulable": {"type": "batch", "roles": {"worker": 1}, "resources": {"gpu": 64}},
+    "suspended": {"type": "batch", "roles": {"worker": 2}, "scheduling": {"queue": "team-ml"}},
 }
 
 
@@ -55,7 +55,8 @@ def scenarios(cluster, admin):
         refs = {}
         for key, spec in SCENARIOS.items():
             job = DLCJob(image=IMAGE, command=list(COMMAND), **spec)
-            refs[key], _ = wait_for(lambda: _submit(runner, job, key), timeout=15, what="RBAC for the new namespace")
+            refs[key], _ = wait_for(lambda job=job, key=key: _submit(runner, job, key), timeout=15,
+                                    what="RBAC for the new namespace")
         yield runner, refs
     finally:
         delete_namespace(admin, ns)

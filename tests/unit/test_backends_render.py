@@ -17,8 +17,9 @@ import sys
 import pytest
 
 from dlc_airflow import naming, wiring
-from dlc_airflow.backends import BackendError, ResourceKind, get_backend
-from dlc_airflow.backends import podspec
+from dlc_airflow.backends import BACKENDS as BACKENDS_REGISTRY
+from dlc_airflow.backends import BackendError, ResourceKind, get_backend, podspec
+from dlc_airflow.backends.kubeflow import FLAVORS
 from dlc_airflow.backends.trainer import TrainerBackend
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.spec import DLCJob, EmptyDirMount
@@ -53,8 +54,8 @@ RICH_ROLES = {
 TRAINER_ROLES = {"pytorch": {"worker": 3}, "deepspeed": {"worker": 2}, "megatron": {"worker": 2},
                  "mpi": {"launcher": 1, "worker": 2}}
 
-FULL = dict(
-    storage=[
+FULL = {
+    "storage": [
         {"type": "pvc", "claim_name": "datasets", "mount_path": "/data", "read_only": True},
         {"type": "nfs", "server": "nas.local", "path": "/export", "mount_path": "/nas"},
         {"type": "csi", "driver": "ossplugin.csi.alibabacloud.com", "volume_attributes": {"bucket": "b"},
@@ -64,25 +65,25 @@ FULL = dict(
         {"type": "secret", "name": "api-keys", "mount_path": "/etc/keys", "read_only": True},
         {"type": "empty_dir", "size_limit": "2Gi", "memory": True, "mount_path": "/scratch", "sub_path": "s"},
     ],
-    resources={"cpu": "8", "memory": "32Gi", "gpu": 2, "gpu_type": "NVIDIA-A100-SXM4-80GB",
-               "shared_memory": "16Gi", "rdma": 1, "ephemeral_storage": "50Gi"},
-    scheduling={"queue": "team-a", "spot": "prefer", "exclude_nodes": ["bad-node-1"],
-                "node_selector": {"pool": "gpu"},
-                "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                "service_account": "trainer"},
-    max_running_time="2h",
-    ttl_after_finished="1d",
-    labels={"team": "ml"},
-    annotations={"owner": "ml-platform@example.com"},
-    checkpoint={"uri": "file:///data/ckpt"},
-    env={"LOG_LEVEL": "debug"},
-)
+    "resources": {"cpu": "8", "memory": "32Gi", "gpu": 2, "gpu_type": "NVIDIA-A100-SXM4-80GB",
+                  "shared_memory": "16Gi", "rdma": 1, "ephemeral_storage": "50Gi"},
+    "scheduling": {"queue": "team-a", "spot": "prefer", "exclude_nodes": ["bad-node-1"],
+                   "node_selector": {"pool": "gpu"},
+                   "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                   "service_account": "trainer"},
+    "max_running_time": "2h",
+    "ttl_after_finished": "1d",
+    "labels": {"team": "ml"},
+    "annotations": {"owner": "ml-platform@example.com"},
+    "checkpoint": {"uri": "file:///data/ckpt"},
+    "env": {"LOG_LEVEL": "debug"},
+}
 # What Trainer v2 cannot express is left out for it (tested separately).
-FULL_EXTRA = dict(
-    code={"repo": "https://git.example.com/ml/train.git", "revision": "v1.2", "secret_name": "git-cred"},
-    health_check={"command": ["dlc-airflow", "sanity-check"]},
-    fault_tolerance={"max_restarts": 3, "retryable_exit_codes": [137, 1, 143]},
-)
+FULL_EXTRA = {
+    "code": {"repo": "https://git.example.com/ml/train.git", "revision": "v1.2", "secret_name": "git-cred"},
+    "health_check": {"command": ["dlc-airflow", "sanity-check"]},
+    "fault_tolerance": {"max_restarts": 3, "retryable_exit_codes": [137, 1, 143]},
+}
 
 
 def make(job_type: str, roles=None, **kw) -> DLCJob:
@@ -192,6 +193,15 @@ def test_every_type_on_every_backend(job_type, backend):
         # pure and deterministic
         assert render(backend, job) == objects
         json.dumps(objects)
+
+
+def test_each_backend_declares_its_job_types_once():
+    from dlc_airflow.backends import backends_running
+
+    for job_type in JobType:
+        assert backends_running(job_type) == [b for b in BACKENDS_REGISTRY if job_type.value in SUPPORT[b]]
+        for backend in BACKENDS:
+            assert (job_type in type(get_backend(backend)).job_types) == (job_type.value in SUPPORT[backend])
 
 
 def test_the_schema_check_catches_mistakes():
@@ -653,7 +663,7 @@ def test_kubeflow_kinds_containers_and_replica_types():
         assert {t: s["replicas"] for t, s in specs.items()} == replicas
         for s in specs.values():
             c = s["template"]["spec"]["containers"][0]
-            assert c["name"] == container == get_backend("kubeflow").main_container(job, "worker")
+            assert c["name"] == container == FLAVORS[job.type].container
             assert "restartPolicy" not in s["template"]["spec"] and s["restartPolicy"] == "Never"
             env = env_of(c)
             # the operator wires the framework: none of ours
@@ -718,12 +728,12 @@ def test_trainer_runtime_override():
 
 
 @pytest.mark.parametrize("kw, what", [
-    (dict(roles={"master": 1, "worker": 2}), "master"),
-    (dict(roles={"worker": 2}, code={"repo": "https://x/y.git"}), "code"),
-    (dict(roles={"worker": 2}, health_check={"command": ["true"]}), "health_check"),
-    (dict(roles={"worker": 2}, fault_tolerance={"max_restarts": 1}), "max_restarts"),
-    (dict(roles={"worker": 2}, scheduling={"priority_class": "high"}), "priority_class"),
-    (dict(roles={"worker": 2}, elastic={"min_replicas": 1, "max_replicas": 2}), "elastic"),
+    ({"roles": {"master": 1, "worker": 2}}, "master"),
+    ({"roles": {"worker": 2}, "code": {"repo": "https://x/y.git"}}, "code"),
+    ({"roles": {"worker": 2}, "health_check": {"command": ["true"]}}, "health_check"),
+    ({"roles": {"worker": 2}, "fault_tolerance": {"max_restarts": 1}}, "max_restarts"),
+    ({"roles": {"worker": 2}, "scheduling": {"priority_class": "high"}}, "priority_class"),
+    ({"roles": {"worker": 2}, "elastic": {"min_replicas": 1, "max_replicas": 2}}, "elastic"),
 ])
 def test_trainer_refuses_what_it_cannot_express(kw, what):
     with pytest.raises(BackendError) as err:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from dlc_airflow import naming
+from dlc_airflow import naming, reasons
 from dlc_airflow.backends import get_backend
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
@@ -16,7 +16,7 @@ T0, T1, T2, T3 = "2026-12-02T10:00:00Z", "2026-12-02T10:00:05Z", "2026-12-02T10:
 
 
 def ts(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+    return datetime.fromisoformat(value).astimezone(UTC)
 
 
 def cond(ctype, reason="", message="", at=T2, status="True"):
@@ -121,7 +121,7 @@ def test_native_failed_by_pod_failure_policy_with_exit_code_detail():
         "uncountedTerminatedPods": {}})
     master = batch_job("master", 1, {"startTime": T1, "active": 1, "ready": 1})
     s = native.status([master, worker])
-    assert s.state is JobState.FAILED and s.reason == "PodFailurePolicy"
+    assert s.state is JobState.FAILED and s.reason == reasons.NON_RETRYABLE_EXIT
     assert msg in s.message and s.message.startswith("worker: ")
     assert s.finished == ts(T3)
     pods = [pod(f"{NAME}-worker-1-x7k2p", "worker", phase="Failed", containers=[terminated("main", 2)])]
@@ -135,19 +135,24 @@ def test_native_failure_target_alone_is_already_failed():
                                                           "Job has reached the specified backoff limit")],
                                      "startTime": T1, "failed": 1, "terminating": 1})
     s = native.status([worker])
-    assert s.state is JobState.FAILED and s.reason == "BackoffLimitExceeded"
+    assert s.state is JobState.FAILED and s.reason == reasons.RESTART_LIMIT_EXCEEDED
 
 
-@pytest.mark.parametrize("reason, message", [
-    ("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
-    ("DeadlineExceeded", "Job was active longer than specified deadline"),
-    ("MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes"),
+@pytest.mark.parametrize("reason, message, ours", [
+    ("BackoffLimitExceeded", "Job has reached the specified backoff limit", reasons.RESTART_LIMIT_EXCEEDED),
+    ("DeadlineExceeded", "Job was active longer than specified deadline", reasons.DEADLINE_EXCEEDED),
+    ("MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes",
+     reasons.RESTART_LIMIT_EXCEEDED),
+    ("FailedIndexes", "Job has failed indexes", reasons.RESTART_LIMIT_EXCEEDED),
+    ("PodFailurePolicy", "Container main for pod ml/x failed with exit code 2 matching FailJob rule at index 1",
+     reasons.NON_RETRYABLE_EXIT),
 ])
-def test_native_failed_reasons(reason, message):
+def test_native_failed_reasons(reason, message, ours):
     worker = batch_job("worker", 2, {"conditions": [cond("FailureTarget", reason, message), cond("Failed", reason, message, T3)],
                                      "startTime": T1, "failed": 3})
     s = native.status([worker])
-    assert (s.state, s.reason) == (JobState.FAILED, reason) and message in s.message
+    # ours in reason, the Job controller's wording in the message
+    assert (s.state, s.reason) == (JobState.FAILED, ours) and message in s.message
 
 
 def test_native_oom_killed_detail():
@@ -204,8 +209,9 @@ def test_native_tensorflow_ps_does_not_block_success():
 kubeflow = get_backend("kubeflow")
 
 
-def pytorchjob(conditions, replica_statuses=None, **status):
-    job = DLCJob(type="pytorch", image="img", command=["x"], roles={"master": 1, "worker": 3})
+def pytorchjob(conditions, replica_statuses=None, fault_tolerance=None, **status):
+    job = DLCJob(type="pytorch", image="img", command=["x"], roles={"master": 1, "worker": 3},
+                 fault_tolerance=fault_tolerance or {})
     obj = kubeflow.render(job, NAME)[0]
     obj["metadata"]["creationTimestamp"] = T0
     obj["status"] = {"conditions": conditions, "replicaStatuses": replica_statuses or {}, **status}
@@ -238,14 +244,32 @@ def test_kubeflow_pytorchjob_lifecycle():
 def test_kubeflow_failed_and_suspended():
     failed = cond("Failed", "PyTorchJobFailed", f"PyTorchJob {NAME} is failed because 1 Worker replica(s) failed.", T3)
     s = kubeflow.status([pytorchjob([cond("Created", at=T0), failed], {"Worker": {"failed": 1}}, startTime=T1)])
-    assert s.state is JobState.FAILED and s.reason == "PyTorchJobFailed" and "1 Worker replica(s) failed" in s.message
+    # restartPolicy Never (max_restarts 0): the first failure used up the restarts
+    assert s.state is JobState.FAILED and s.reason == reasons.RESTART_LIMIT_EXCEEDED
+    assert "1 Worker replica(s) failed" in s.message
     assert s.finished == ts(T3) and s.restarts == 0
     # three failed pods: two were restarted, the third failed the job
     s = kubeflow.status([pytorchjob([cond("Created", at=T0), failed], {"Worker": {"failed": 3}}, startTime=T1)])
     assert s.state is JobState.FAILED and s.restarts == 2
+    evicted = cond("Failed", "PyTorchJobEvicted", "evicted", T3)  # a reason of the operator's own, kept
+    s = kubeflow.status([pytorchjob([cond("Created", at=T0), evicted], {"Worker": {"failed": 1}},
+                                    fault_tolerance={"max_restarts": 2})])
+    assert s.reason == "PyTorchJobEvicted"
     suspended = cond("Suspended", "PyTorchJobSuspended", f"PyTorchJob {NAME} is suspended.", T1)
     s = kubeflow.status([pytorchjob([cond("Created", at=T0), suspended])])
     assert s.state is JobState.QUEUED and s.reason == "Suspended"
+
+
+@pytest.mark.parametrize("message, ours", [
+    (f"Job {NAME} has failed because it has reached the specified backoff limit", reasons.RESTART_LIMIT_EXCEEDED),
+    (f"Job {NAME} has failed because it was active longer than specified deadline", reasons.DEADLINE_EXCEEDED),
+])
+def test_kubeflow_failure_reason_from_the_operators_message(message, ours):
+    # The operator's reason is PyTorchJobFailed whatever the cause; its message tells.
+    failed = cond("Failed", "PyTorchJobFailed", message, T3)
+    s = kubeflow.status([pytorchjob([cond("Created", at=T0), failed], {"Worker": {"failed": 4}},
+                                    fault_tolerance={"max_restarts": 3}, startTime=T1)])
+    assert (s.state, s.reason, s.message) == (JobState.FAILED, ours, message)
 
 
 def test_kubeflow_tfjob_roles():
@@ -289,7 +313,8 @@ def test_jobset_failed_after_restarts():
     obj = a_jobset([cond("Failed", "ReachedMaxRestarts", "jobset failed due to reaching max number of restarts", T3)],
                    [rjs("master"), rjs("worker", failed=1)], restarts=2)
     s = jobset.status([obj])
-    assert s.state is JobState.FAILED and s.reason == "ReachedMaxRestarts" and s.restarts == 2
+    assert s.state is JobState.FAILED and s.reason == reasons.RESTART_LIMIT_EXCEEDED and s.restarts == 2
+    assert s.message == "jobset failed due to reaching max number of restarts"
     rule = a_jobset([cond("Failed", "FailJobSetFailurePolicyRuleAction",
                           "The child job failed with reason PodFailurePolicy", T3)], [rjs("worker", failed=1)])
     assert jobset.status([rule]).reason == "FailJobSetFailurePolicyRuleAction"
@@ -332,6 +357,10 @@ def test_trainjob_states():
     assert s.state is JobState.SUCCEEDED and s.finished == ts(T3)
     s = trainer.status([a_trainjob([cond("Failed", "JobsFailed", "TrainJob is failed", T3)], [rjs("node", failed=1)])])
     assert s.state is JobState.FAILED and s.reason == "JobsFailed"
+    # the JobSet's conditions, copied: a child Job that ran out of retries
+    failed = cond("Failed", "FailedJobs", f"jobset failed due to one or more job failures (first failed job: {NAME}-node-0)", T3)
+    s = trainer.status([a_trainjob([failed], [rjs("node", failed=1)])])
+    assert (s.state, s.reason) == (JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED) and "first failed job" in s.message
     s = trainer.status([a_trainjob([cond("Suspended", "Suspended", "TrainJob is suspended")])])
     assert s.state is JobState.QUEUED
     assert trainer.status([a_trainjob([], [rjs("node", active=1)])]).state is JobState.PENDING
@@ -357,7 +386,9 @@ def a_rayjob(deployment, job_status="", **status):
     ("Running", "RUNNING", {}, JobState.RUNNING, "Running"),
     ("Complete", "SUCCEEDED", {"endTime": T3, "succeeded": 1}, JobState.SUCCEEDED, "Succeeded"),
     ("Complete", "FAILED", {"endTime": T3, "reason": "AppFailed", "message": "Job entrypoint command failed with exit code 1"},
-     JobState.FAILED, "AppFailed"),
+     JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED),
+    ("Failed", "FAILED", {"endTime": T3, "reason": "AppFailed", "message": "Job entrypoint command failed with exit code 1",
+                          "failed": 1}, JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED),
     ("Complete", "STOPPED", {"endTime": T3}, JobState.STOPPED, "Stopped"),
     ("Failed", "RUNNING", {"reason": "DeadlineExceeded",
                            "message": "The RayJob has passed the activeDeadlineSeconds. DeadlineSeconds: 60"},
@@ -487,3 +518,53 @@ def test_native_jobs_the_runner_stopped_do_not_change_the_jobs_outcome():
                                                                     message="exit code 3")], "failed": 1})])
     assert (failed.state, failed.reason, failed.message) == (JobState.FAILED, "PodFailurePolicy",
                                                              "worker: exit code 3")
+
+
+# -- one reason for a job that used up its restarts, whatever the backend ------------------------
+
+
+def test_exhausted_restarts_have_the_same_reason_on_every_backend():
+    """Each backend's controller words it its own way (kept in the message); the reason is ours."""
+    ft = {"max_restarts": 2}
+    pytorch = DLCJob(type="pytorch", image="img", command=["x"], roles={"worker": 2}, fault_tolerance=ft)
+    exhausted = {}
+
+    # native: backoffLimitPerIndex used up by index 1, maxFailedIndexes 0
+    worker = next(o for o in native.render(pytorch, NAME) if o["kind"] == "Job")
+    worker["status"] = {"conditions": [cond("FailureTarget", "MaxFailedIndexesExceeded", "", T2),
+                                       cond("Failed", "MaxFailedIndexesExceeded", "", T3)],
+                        "startTime": T1, "failed": 3, "failedIndexes": "1"}
+    exhausted["native"] = native.status([worker])
+
+    # jobset: failurePolicy.maxRestarts used up
+    js = jobset.render(pytorch, NAME)[0]
+    js["status"] = {"restarts": 2, "conditions": [cond("Failed", "ReachedMaxRestarts",
+                                                       "jobset failed due to reaching max number of restarts", T3)]}
+    exhausted["jobset"] = jobset.status([js])
+
+    # kubeflow: runPolicy.backoffLimit used up (restartPolicy OnFailure)
+    ptj = kubeflow.render(pytorch, NAME)[0]
+    ptj["status"] = {"conditions": [cond("Failed", "PyTorchJobFailed",
+                                         f"Job {NAME} has failed because it has reached the specified backoff limit", T3)],
+                     "replicaStatuses": {"Worker": {"failed": 3}}}
+    exhausted["kubeflow"] = kubeflow.status([ptj])
+
+    # trainer: TrainJob v1alpha1 has no restart limit of its own; the runtime's JobSet fails
+    # once a child Job ran out of retries (conditions copied from the JobSet)
+    tj = trainer.render(DLCJob(type="pytorch", image="img", command=["x"], roles={"worker": 2}), NAME)[0]
+    tj["status"] = {"conditions": [cond("Failed", "FailedJobs", "jobset failed due to one or more job failures", T3)],
+                    "jobsStatus": [rjs("node", failed=1)]}
+    exhausted["trainer"] = trainer.status([tj])
+
+    # ray: KubeRay stops retrying once status.failed reaches backoffLimit + 1
+    rj = ray.render(DLCJob(type="ray", image="img", command=["x"], fault_tolerance=ft), NAME)[0]
+    rj["status"] = {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "reason": "AppFailed", "failed": 3,
+                    "message": "Job entrypoint command failed with exit code 1", "endTime": T3}
+    exhausted["ray"] = ray.status([rj])
+
+    from dlc_airflow.backends import BACKENDS
+
+    assert set(exhausted) == set(BACKENDS)  # a new backend must say how it reports this
+    assert {b: (s.state, s.reason) for b, s in exhausted.items()} == \
+        {b: (JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED) for b in exhausted}
+    assert all(s.message for s in exhausted.values())  # the controller's own words stay
