@@ -87,15 +87,11 @@ class DLCJobOperator(BaseOperator):
 
     # -- parse-time checks ---------------------------------------------------------------
     def _check_backend(self, spec: DLCJob) -> None:
-        from dlc_airflow.airflow.runners import BACKENDS, LOCAL
+        from dlc_airflow.registry import check_backend_name, pure_backend
 
-        if self.backend is None or self.backend == LOCAL:
-            if self.backend is not None and self.backend not in BACKENDS:
-                raise ValueError(f"{self.task_id}: unknown backend {self.backend!r}")
-            return
-        from dlc_airflow.backends import get_backend
-
-        get_backend(self.backend).check(spec)  # BackendError names the type and what to use
+        if self.backend is not None:
+            # BackendError names the backend or the type, and what to use instead
+            pure_backend(check_backend_name(self.backend)).check(spec)
 
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:

@@ -9,11 +9,19 @@ import os
 import threading
 from pathlib import Path
 
-from dlc_airflow.backends import BACKENDS as CLUSTER_BACKENDS
+from importlib import import_module
+from typing import Any
+
 from dlc_airflow.local.jobrunner import LOCAL, LocalJobRunner
+from dlc_airflow.registry import ALL_BACKENDS, is_kubernetes
 from dlc_airflow.runner import JobRunner
 
-BACKENDS = (*CLUSTER_BACKENDS, LOCAL)
+BACKENDS = ALL_BACKENDS
+
+# Backends that are neither on Kubernetes nor local: "module:function" building the runner
+# from (conn_id, namespace, connection) - connection is the Airflow Connection when the
+# caller has read it already (the triggerer reads it asynchronously), else None.
+RUNNER_FACTORIES: dict[str, str] = {}
 
 
 def resolve_backend(backend: str | None, conn_id: str) -> str:
@@ -40,9 +48,13 @@ def cluster_configured(conn_id: str) -> bool:
 
 
 def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: dict | None = None,
-                local_root: str | None = None) -> JobRunner:
+                local_root: str | None = None, connection: Any | None = None) -> JobRunner:
     if backend == LOCAL:
         return LocalJobRunner(local_root)
+    if not is_kubernetes(backend):
+        module, _, func = RUNNER_FACTORIES[backend].partition(":")
+        runner: JobRunner = getattr(import_module(module), func)(conn_id, namespace, connection)
+        return runner
     from dlc_airflow.airflow.hook import DLCHook
     from dlc_airflow.backends import get_backend
     from dlc_airflow.k8s.runner import KubeRunner
@@ -57,14 +69,15 @@ _shared_lock = threading.Lock()
 
 
 def shared_runner(backend: str, conn_id: str, namespace: str | None, *, extras: dict | None = None,
-                  local_root: str | None = None) -> JobRunner:
+                  local_root: str | None = None, connection: Any | None = None) -> JobRunner:
     """make_runner, reused by every trigger of a triggerer process with the same connection
     settings: one API client (and connection pool) per cluster, not one per waiting job."""
     key = (backend, conn_id, namespace, local_root, repr(sorted((extras or {}).items())))
     with _shared_lock:
         runner = _shared.get(key)
     if runner is None:
-        runner = make_runner(backend, conn_id, namespace, extras=extras, local_root=local_root)
+        runner = make_runner(backend, conn_id, namespace, extras=extras, local_root=local_root,
+                             connection=connection)
         with _shared_lock:
             runner = _shared.setdefault(key, runner)
     return runner

@@ -59,12 +59,11 @@ class DLCJobTrigger(BaseTrigger):
         from dlc_airflow.airflow.runners import shared_runner
 
         ref = JobRef.from_dict(self.ref)
-        extras = None
-        if ref.backend != LOCAL:
-            extras = await _connection_extras(self.conn_id)
+        connection = None if ref.backend == LOCAL else await _connection(self.conn_id)
+        extras = connection.extra_dejson if connection is not None else ({} if ref.backend != LOCAL else None)
         namespace = self.namespace or ref.namespace
         return await asyncio.to_thread(shared_runner, ref.backend, self.conn_id, namespace,
-                                       extras=extras, local_root=self.local_root)
+                                       extras=extras, local_root=self.local_root, connection=connection)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from dlc_airflow.airflow.waiting import LogCursor
@@ -137,12 +136,11 @@ class DLCJobTrigger(BaseTrigger):
         await asyncio.to_thread(stop_if_owner, runner, ref, self.try_number, self.log)
 
 
-async def _connection_extras(conn_id: str) -> dict:
-    """The connection's extras, read without blocking the triggerer's loop."""
+async def _connection(conn_id: str) -> Any | None:
+    """The Airflow connection, read without blocking the triggerer's loop (None if none)."""
     from airflow.sdk.bases.hook import BaseHook
 
     try:
-        conn = await BaseHook.aget_connection(conn_id)
+        return await BaseHook.aget_connection(conn_id)
     except Exception:  # noqa: BLE001 - kubernetes_default may not exist: default config
-        return {}
-    return conn.extra_dejson
+        return None

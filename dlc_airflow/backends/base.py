@@ -63,8 +63,8 @@ class BackendError(ValueError):
 
 def suggest(job_type: str, current: str) -> str:
     """'use backend=...' naming the other backends that run `job_type` (their `job_types`)."""
-    # The registry (dlc_airflow.backends) imports this module: import it when called.
-    from dlc_airflow.backends import backends_running
+    # The registry (dlc_airflow.registry) imports this module: import it when called.
+    from dlc_airflow.registry import backends_running
 
     names = [b for b in backends_running(job_type) if b != current]
     if not names:

@@ -49,6 +49,11 @@ XGBOOST_JOB = ResourceKind("kubeflow.org/v1", "XGBoostJob", "xgboostjobs")
 TRAIN_JOB = ResourceKind("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs")
 JOBSET = ResourceKind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets")
 RAY_JOB = ResourceKind("ray.io/v1", "RayJob", "rayjobs")
+# asked by the client itself: who am I, and may I (every authenticated identity may create both)
+SELF_SUBJECT_REVIEW = ResourceKind("authentication.k8s.io/v1", "SelfSubjectReview", "selfsubjectreviews",
+                                   namespaced=False)
+SELF_SUBJECT_ACCESS_REVIEW = ResourceKind("authorization.k8s.io/v1", "SelfSubjectAccessReview",
+                                          "selfsubjectaccessreviews", namespaced=False)
 
 KNOWN: dict[tuple[str, str], ResourceKind] = {
     (k.api_version, k.kind): k
@@ -66,3 +71,56 @@ def kind_of(obj: dict) -> ResourceKind:
         return KNOWN[key]
     except KeyError:
         raise ValueError(f"unknown kind {key[1]!r} of apiVersion {key[0]!r}") from None
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+
+
+def request_attributes(method: str, path: str, query: dict | None = None) -> dict[str, str]:
+    """What the authorizer sees in a REST call: verb, group, resource, subresource, name,
+    namespace (the fields of a SelfSubjectAccessReview's resourceAttributes), or verb and
+    nonResourceURL for paths outside /api and /apis (e.g. /readyz).
+
+    >>> request_attributes("GET", "/apis/batch/v1/namespaces/ns/jobs", {"watch": "true"})["verb"]
+    'watch'
+    """
+    method = method.upper()
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return {"verb": method.lower(), "nonResourceURL": "/" + "/".join(parts)}
+    namespace = ""
+    # /namespaces/{ns}/{resource}... is namespaced, but /namespaces/{name}/status|finalize is
+    # the Namespace object's own subresource
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] if rest else ""
+    name = rest[1] if len(rest) > 1 else ""
+    if resource == "namespaces" and name:
+        namespace = name  # RBAC checks a Namespace's own verbs in that namespace
+    watching = str((query or {}).get("watch", "")).lower() in ("true", "1")
+    if method == "GET":
+        verb = "watch" if watching else ("get" if name else "list")
+    elif method == "DELETE":
+        verb = "delete" if name else "deletecollection"
+    else:
+        verb = _VERBS.get(method, method.lower())
+    attrs = {"verb": verb, "group": group, "version": version, "resource": resource,
+             "subresource": "/".join(rest[2:]), "name": name, "namespace": namespace}
+    return {k: v for k, v in attrs.items() if v or k in ("verb", "group", "resource")}
+
+
+def describe_resource(attrs: dict[str, str]) -> str:
+    """`jobs.batch`, `pods/log`, `namespaces "t-1"` or the URL: how kubectl and RBAC name it."""
+    if "nonResourceURL" in attrs:
+        return attrs["nonResourceURL"]
+    text = attrs.get("resource", "") + (f".{attrs['group']}" if attrs.get("group") else "")
+    if attrs.get("subresource"):
+        text = f"{attrs.get('resource', '')}/{attrs['subresource']}" + (
+            f".{attrs['group']}" if attrs.get("group") else "")
+    if attrs.get("name"):
+        text += f" {attrs['name']!r}"
+    return text

@@ -17,7 +17,7 @@ from typing import Any
 
 from dlc_airflow.backends.base import Backend
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.k8s.client import Conflict, KubeClient, KubeError
+from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError
 from dlc_airflow.k8s.kinds import EVENT, POD, ResourceKind, kind_of
 from dlc_airflow.k8s.waiter import JobWaiter
 from dlc_airflow.naming import (
@@ -75,6 +75,9 @@ class KubeRunner:
                     created.append(result)
                 if index == 0:
                     owner = result
+        except (AuthError, KubeConfigError):
+            self._roll_back(created)
+            raise  # their message names the identity, verb and resource already
         except KubeError as exc:
             self._roll_back(created)
             what = f"{obj['kind']} {obj['metadata']['name']}"

@@ -66,6 +66,9 @@ class JobWaiter:
         objs, pods = self._objects, self._pods
         assert objs is not None  # _receiver calls this once both watches answered
         live_pods = list(pods.live.values()) if pods else []
+        refused = objs.error or (pods.error if pods else "")
+        if refused:  # the watch may not see the job: the wait cannot go on
+            return JobStatus(state=JobState.FAILED, reason=reasons.FORBIDDEN, message=refused), live_pods
         if objs.live:
             return self.backend.status(list(objs.live.values()), live_pods), live_pods
         if objs.deleted:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dlc_airflow.k8s.client import Gone, KubeClient, KubeError
+from dlc_airflow.k8s.client import AuthError, Gone, KubeClient, KubeError
 from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.naming import LABEL_JOB, MANAGED_BY, MANAGER
 
@@ -37,9 +37,10 @@ class JobObjects:
     live: dict[str, dict] = field(default_factory=dict)
     deleted: dict[str, dict] = field(default_factory=dict)
     synced: bool = False  # the watch has listed at least once
+    error: str = ""  # the watch is refused (401/403 the client confirmed): why
 
     def copy(self) -> JobObjects:
-        return JobObjects(dict(self.live), dict(self.deleted), self.synced)
+        return JobObjects(dict(self.live), dict(self.deleted), self.synced, self.error)
 
 
 @dataclass
@@ -124,6 +125,16 @@ class SharedWatch:
                     self._apply(etype, obj)
                     if self._stop.is_set():
                         return
+            except AuthError as exc:
+                # Confirmed by the client (not the few seconds of 403 after an API server
+                # restart): tell every waiter, whose task fails with this message, and try
+                # again now and then for new waiters (a RoleBinding may be fixed meanwhile).
+                self.stats.errors += 1
+                self.last_error = str(exc)
+                log.error("watch %s/%s refused: %s", self.namespace, self.kind.plural, exc)
+                self._refused(str(exc))
+                self._stop.wait(30.0)
+                rv = None
             except Gone:
                 self.stats.gone += 1
                 log.info("watch %s/%s: resourceVersion %s expired (410 Gone); listing again",
@@ -185,6 +196,17 @@ class SharedWatch:
                 objs.live[meta["name"]] = obj
                 objs.deleted.pop(meta["name"], None)
         self._notify(job)
+
+    def _refused(self, why: str) -> None:
+        with self._lock:
+            jobs = list(self._subscribers)
+            for job in jobs:
+                self._objects.setdefault(job, JobObjects(synced=True)).error = why
+        for job in jobs:
+            self._notify(job)
+        with self._lock:
+            for objs in self._objects.values():
+                objs.error = ""  # a later list that works clears it
 
     def _notify(self, job: str) -> None:
         with self._lock:

@@ -5,7 +5,9 @@ forwards each request to the real API server over TLS, one upstream connection p
 (it asks for `Connection: close`, so request boundaries are connection boundaries). For a
 chosen share of requests it instead answers an HTTP error (429 with Retry-After, 500, 503),
 or drops the connection; it can add delay, and drop every open connection at once (what a
-flaky network or a load balancer does to long watches).
+flaky network or a load balancer does to long watches). It can refuse the first N requests
+(e.g. 403 / 401, as an API server does while its authorizer warms up after a restart), only
+those whose request line contains a given string.
 
 Runs an asyncio loop in a background thread; use it as a context manager.
 """
@@ -21,6 +23,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 from urllib.parse import urlparse
 
 
@@ -34,6 +37,9 @@ class Faults:
     gone_share: float = 0.0  # share of watch requests answered "410 Gone" (resourceVersion expired)
     response_delay: float = 0.0  # seconds the upstream's answer is held back (the request went through)
     methods: tuple[str, ...] = ()  # only requests with these methods are faulted (empty: all)
+    error_count: int = 0  # answer error_status to the first N eligible requests, then pass them
+    path_contains: str = ""  # only requests whose request line contains this are faulted
+    error_message: str = ""  # the Status message of injected errors (default: "injected by faultproxy")
 
 
 class FaultProxy:
@@ -47,6 +53,8 @@ class FaultProxy:
         self.injected = 0
         self.dropped = 0
         self.gone = 0
+        self._errors_left = 0
+        self.refused: list[str] = []  # request lines answered by error_count
         self._writers: set[asyncio.StreamWriter] = set()
         self._dir = tempfile.TemporaryDirectory(prefix="faultproxy-")
         self.ca_file, cert, key = _make_certs(Path(self._dir.name))
@@ -58,7 +66,7 @@ class FaultProxy:
         self.port = 0
 
     # -- control (from the test's thread) ---------------------------------------------------
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         self._thread.start()
         fut = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
         self.port = fut.result(10)
@@ -76,6 +84,7 @@ class FaultProxy:
 
     def set(self, **faults) -> None:
         self.faults = Faults(**faults)
+        self._errors_left = self.faults.error_count
 
     def drop_connections(self) -> int:
         """Close every open client connection (breaks in-flight watches)."""
@@ -109,7 +118,15 @@ class FaultProxy:
             self.requests += 1
             f = self.faults
             method = request_line.split(" ", 1)[0]
-            eligible = (not f.only_watches or "watch=true" in request_line) and (not f.methods or method in f.methods)
+            eligible = ((not f.only_watches or "watch=true" in request_line) and (not f.methods or method in f.methods)
+                        and f.path_contains in request_line)
+            if eligible and self._errors_left > 0:
+                self._errors_left -= 1
+                self.injected += 1
+                self.refused.append(request_line)
+                writer.write(_error_response(f.error_status, f.error_message))
+                await writer.drain()
+                return
             if eligible and self.rng.random() < f.drop_share:
                 self.dropped += 1
                 writer.transport.abort()
@@ -123,7 +140,7 @@ class FaultProxy:
                 return
             if eligible and self.rng.random() < f.error_share:
                 self.injected += 1
-                writer.write(_error_response(f.error_status))
+                writer.write(_error_response(f.error_status, f.error_message))
                 await writer.drain()
                 return
             if eligible and f.delay:
@@ -167,11 +184,13 @@ def _force_close(head: bytes) -> bytes:
     return ("\r\n".join(lines) + "\r\nConnection: close\r\n\r\n").encode("latin-1")
 
 
-def _error_response(status: int) -> bytes:
-    reasons = {429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+def _error_response(status: int, message: str = "") -> bytes:
+    reasons = {401: "Unauthorized", 403: "Forbidden", 429: "Too Many Requests", 500: "Internal Server Error",
+               503: "Service Unavailable"}
     reason = reasons.get(status, "Error")
     body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
-                       "reason": reason.replace(" ", ""), "message": f"injected by faultproxy: {reason}"}).encode()
+                       "reason": reason.replace(" ", ""),
+                       "message": message or f"injected by faultproxy: {reason}"}).encode()
     extra = "Retry-After: 1\r\n" if status == 429 else ""
     return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{extra}"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
@@ -202,7 +221,7 @@ def _make_certs(folder: Path) -> tuple[str, str, str]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "faultproxy-ca")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)

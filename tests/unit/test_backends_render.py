@@ -37,6 +37,7 @@ SUPPORT = {
     "kubeflow": {"pytorch", "deepspeed", "megatron", "tensorflow", "mpi", "xgboost"},
     "trainer": {"pytorch", "deepspeed", "megatron", "mpi"},
     "ray": {"ray"},
+    "local": {t.value for t in JobType},  # every type runs as local processes
 }
 
 RICH_ROLES = {
