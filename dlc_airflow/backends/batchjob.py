@@ -40,6 +40,8 @@ MAIN_CONTAINER = "main"
 HOSTFILE_KEY = "hostfile"
 # Roles that serve until killed; they do not count towards success.
 SERVER_ROLES = frozenset({"ps"})
+# Roles no other job type has.
+TF_ONLY_ROLES = frozenset({"chief", "ps", "evaluator"})
 
 # batch/v1 Job failure reasons -> ours (reasons.py); others are kept as the controller wrote them.
 FAILURE_REASONS = {
@@ -188,6 +190,44 @@ def _complete(obj: dict) -> bool:
     return bool(condition(obj, "Complete") or condition(obj, "SuccessCriteriaMet"))
 
 
+def _template_env(obj: dict, name: str) -> str | None:
+    """The value of env `name` in the Job's pod template (the wiring sets DLC_JOB_TYPE in each)."""
+    pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in pod.get("containers") or []:
+        for var in container.get("env") or []:
+            if var.get("name") == name and "value" in var:
+                return var["value"]
+    return None
+
+
+def _has_index(intervals: str, index: int) -> bool:
+    """Whether an interval list such as '0,2-4' names `index`."""
+    for part in filter(None, (intervals or "").split(",")):
+        low, _, high = part.partition("-")
+        if int(low) <= index <= int(high or low):
+            return True
+    return False
+
+
+def tf_decider(jobs: list[dict]) -> dict | None:
+    """TensorFlow's deciding role Job (Kubeflow's TFJob success policy): the chief's, else the
+    workers' (their index 0 decides). None for the other types: every role Job must complete.
+
+    The type is the pod templates' DLC_JOB_TYPE; without one, roles only TensorFlow has tell."""
+    by_role = {_role_of(o): o for o in jobs}
+    kind = next((t for t in (_template_env(o, "DLC_JOB_TYPE") for o in jobs) if t), None)
+    tensorflow = kind == JobType.tensorflow.value if kind else bool(TF_ONLY_ROLES & set(by_role))
+    return (by_role.get("chief") or by_role.get("worker")) if tensorflow else None
+
+
+def _decided(lead: dict) -> bool:
+    """The chief's Job completed, or index 0 of the workers' Job did."""
+    if _complete(lead):
+        return True
+    completed = (lead.get("status") or {}).get("completedIndexes") or ""
+    return _role_of(lead) == "worker" and _has_index(completed, 0)
+
+
 def jobs_status(jobs: list[dict]) -> JobStatus:
     """Aggregate batch/v1 Jobs (one per role) into one JobStatus."""
     roles: dict[str, RoleCounts] = {}
@@ -207,6 +247,18 @@ def jobs_status(jobs: list[dict]) -> JobStatus:
     started = earliest((o.get("status") or {}).get("startTime") for o in jobs)
     base: dict[str, Any] = {"roles": roles, "created": created, "started": started}
 
+    # TensorFlow: the job succeeds when the chief does (worker 0 without a chief), whatever the
+    # parameter servers, evaluators and other workers do; the runner then settles those. Before
+    # the failures: a worker that fails once the chief is done does not undo the success, and
+    # a failure before it ends the chief's Job too (settle, or maxFailedIndexes for worker 0).
+    lead = tf_decider(jobs)
+    if lead is not None and _decided(lead):
+        st = lead.get("status") or {}
+        finished = latest([st.get("completionTime") or condition_time(lead, "Complete")
+                           or condition_time(lead, "SuccessCriteriaMet")])
+        return JobStatus(state=JobState.SUCCEEDED, reason=reasons.COMPLETED, finished=finished,
+                         restarts=failed_pods, **base)
+
     for obj in jobs:
         cond = None if settled(obj) else _failed_condition(obj)
         if cond:
@@ -225,12 +277,11 @@ def jobs_status(jobs: list[dict]) -> JobStatus:
                 **base,
             )
 
-    finishing = [o for o in jobs if _role_of(o) not in SERVER_ROLES] or jobs
-    if all(_complete(o) for o in finishing):
+    if lead is None and all(_complete(o) for o in jobs):
         # SuccessCriteriaMet comes first; completionTime and Complete once the pods are gone.
         finished = latest(
             (o.get("status") or {}).get("completionTime") or condition_time(o, "Complete")
-            or condition_time(o, "SuccessCriteriaMet") for o in finishing
+            or condition_time(o, "SuccessCriteriaMet") for o in jobs
         )
         # Every failed pod of a job that succeeded was replaced.
         return JobStatus(state=JobState.SUCCEEDED, reason=reasons.COMPLETED, finished=finished,

@@ -14,7 +14,8 @@ with reason PodFailurePolicy or DeadlineExceeded into FailJobSet: no restart for
 errors or for running out of time. activeDeadlineSeconds is per child Job (a restart starts a
 new deadline); ttlSecondsAfterFinished and suspend (Kueue) are set on the JobSet.
 
-successPolicy: All over every role except servers (TensorFlow ps), which never exit.
+successPolicy: All over every role; TensorFlow's chief alone decides (its workers without a
+chief), as in TFJob: parameter servers and evaluators never exit.
 MPI hostfiles: a ConfigMap `<name>-hostfile` (second object, owned by the JobSet).
 
 Failure reasons: ReachedMaxRestarts (failurePolicy.maxRestarts used up) is RestartLimitExceeded
@@ -53,7 +54,7 @@ from dlc_airflow.backends.batchjob import (
     role_job_spec,
 )
 from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
-from dlc_airflow.jobtypes import ordered_roles
+from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.k8s.kinds import JOBSET
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
@@ -147,8 +148,11 @@ class JobSetBackend(Backend):
                 ],
             },
         }
-        servers = [r for r in job.roles if r in SERVER_ROLES]
-        if servers:
+        if job.type is JobType.tensorflow:
+            # TFJob's rule: the chief decides (the workers without a chief); parameter servers
+            # and evaluators never count
+            spec["successPolicy"]["targetReplicatedJobs"] = ["chief" if "chief" in job.roles else "worker"]
+        elif servers := [r for r in job.roles if r in SERVER_ROLES]:
             spec["successPolicy"]["targetReplicatedJobs"] = [r for r in ordered_roles(job.roles) if r not in servers]
         if (ttl := ttl_seconds(job)) is not None:
             spec["ttlSecondsAfterFinished"] = ttl

@@ -28,8 +28,9 @@ means nothing starts outside the quota if the webhook is briefly unavailable. Ku
 each role Job on its own (no all-or-nothing across roles): use the jobset backend for gang
 admission of multi-role jobs.
 
-TensorFlow parameter servers never exit: a job with a `ps` role succeeds when every other
-role's Job is complete; the runner then stops the ps Jobs (`leftovers`), as it stops the
+TensorFlow, as TFJob: the job succeeds when the chief's Job completes (index 0 of the workers
+without a chief), whatever parameter servers (which never exit), evaluators and the other
+workers do; the runner then stops the Jobs still running (`leftovers`), as it stops the
 other roles' Jobs when one role's Job fails. It stops them without deleting them, since
 deleting the primary would delete the whole job, the failed Job too: `stop_patch` gives the
 Job a deadline already past, so the Job controller stops its pods and marks it Failed

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 
 def start_time(pid: int) -> int | None:

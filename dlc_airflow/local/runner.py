@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from dlc_airflow import reasons
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local import procs
 from dlc_airflow.naming import LABEL_TASK_KEY, LABEL_TRY
@@ -39,6 +40,9 @@ SUPERVISOR_START_TIMEOUT = 30.0
 SUPERVISOR_STARTED = "supervisor.started"
 CLAIM = "claim.json"  # the newest task try that submitted or adopted the job
 UID = "uid"  # a unique id per job folder (as Kubernetes objects have)
+# reasons only the local backend has (the shared ones are in dlc_airflow.reasons)
+SUPERVISOR_START_FAILED = "SupervisorStartFailed"
+SUPERVISOR_LOST = "SupervisorLost"
 MAX_LOG_READ = 1 << 20  # bytes per replica per read_logs call
 
 
@@ -181,7 +185,7 @@ class LocalRunner:
                 )
         except OSError as exc:
             message = f"cannot start the local supervisor ({argv[0]}): {exc.strerror or exc}"
-            self._write_final(jobdir, JobState.FAILED, "SupervisorStartFailed", message)
+            self._write_final(jobdir, JobState.FAILED, SUPERVISOR_START_FAILED, message)
             raise LocalJobError(f"local job {name}: {message}") from None
         self._children[name] = proc
         identity = jobdir / layout.SUPERVISOR
@@ -221,7 +225,7 @@ class LocalRunner:
         """
         jobdir = self._dir(name)
         if not jobdir.is_dir():
-            return JobStatus(state=JobState.STOPPED, reason="NotFound",
+            return JobStatus(state=JobState.STOPPED, reason=reasons.NOT_FOUND,
                              message=f"no local job {name} under {self.root}")
         child = self._children.get(name)
         if child is not None and child.poll() is not None:
@@ -239,7 +243,7 @@ class LocalRunner:
         if status.terminal:
             return status
         self._kill_replicas(data, grace=0.0)
-        return self._write_final(jobdir, JobState.FAILED, "SupervisorLost", lost)
+        return self._write_final(jobdir, JobState.FAILED, SUPERVISOR_LOST, lost)
 
     def _supervisor_lost(self, jobdir: Path, status: JobStatus) -> str | None:
         """Why the supervisor is gone, or None while it runs (or is still starting)."""
@@ -281,7 +285,7 @@ class LocalRunner:
         return final
 
     # -- stop / delete ----------------------------------------------------------------
-    def stop(self, name: str, reason: str = "Stopped") -> None:
+    def stop(self, name: str, reason: str = reasons.STOPPED) -> None:
         """Kill every replica's process group (SIGTERM, SIGKILL after grace); final STOPPED.
 
         Idempotent; a job that already ended keeps its final state.
@@ -323,7 +327,7 @@ class LocalRunner:
         jobdir = self._dir(name)
         if not jobdir.is_dir():
             return
-        self.stop(name, reason="Deleted")
+        self.stop(name, reason=reasons.DELETED)
         # rename first: the name is free at once and no reader sees a half-deleted folder
         trash = self.root / f".deleted-{name}-{uuid.uuid4().hex[:8]}"
         try:

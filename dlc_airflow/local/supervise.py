@@ -1,4 +1,9 @@
-"""What the local supervisor does (see dlc_airflow.local.supervisor for the whole story)."""
+"""What the local supervisor does (see dlc_airflow.local.supervisor for the whole story).
+
+The supervising loop: processes, signals, state.json. What each replica runs comes from
+dlc_airflow.local.plan, what happens when one ends (and when the job has succeeded) from
+dlc_airflow.local.policy; both are pure.
+"""
 
 from __future__ import annotations
 
@@ -6,39 +11,25 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import traceback
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from dlc_airflow import wiring
-from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow import reasons
 from dlc_airflow.local import jobdir as layout
-from dlc_airflow.local import procs
-from dlc_airflow.local.volumes import LocalMounts, map_mounts
+from dlc_airflow.local import policy, procs
+from dlc_airflow.local.plan import PlannedReplica, plan_replicas
+from dlc_airflow.local.policy import Action
+from dlc_airflow.local.volumes import map_mounts
 from dlc_airflow.spec import DLCJob
-from dlc_airflow.status import JobState, JobStatus, RoleCounts
+from dlc_airflow.status import JobState, JobStatus, RoleCounts, parse_time
 
 POLL_SECONDS = 0.02  # a finished job shows in state.json within a few polls
-RESTART_BACKOFF = 0.2  # seconds before the first restart, doubling, at most MAX_BACKOFF
-MAX_BACKOFF = 5.0
 DEFAULT_GRACE = 10.0
 LOG_TAIL_LINES = 10
-
-# Inherited variables that only a job's wiring may set: a job submitted from inside another
-# job's replica must not see its parent's rank or rendezvous.
-_WIRING_NAMES = frozenset(
-    {
-        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-        "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG", "SHARD_INDEX", "SHARD_COUNT",
-        "JOB_COMPLETION_INDEX", "WORKER_PORT", "WORKER_ADDRS", "RAY_HEAD_ADDRESS",
-        "I_MPI_HYDRA_HOST_FILE", "K_MPI_JOB_ROLE",
-    }
-)
-_WIRING_PREFIXES = ("DLC_", "PET_", "OMPI_MCA_", "TORCHELASTIC_")
 
 
 def grace_seconds() -> float:
@@ -49,21 +40,12 @@ def grace_seconds() -> float:
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def exit_code(returncode: int) -> int:
     """A container-style exit code: killed by signal N is 128+N."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def interpreter_path(path: str | None) -> str:
-    """PATH with the supervisor's interpreter's folder first, as if its virtualenv were
-    activated: `python`, `torchrun` and `dlc-airflow` in a job's command are what the image
-    would provide on a cluster, and locally that is the environment Airflow runs in."""
-    folder = os.path.dirname(sys.executable)
-    parts = [p for p in (path or os.defpath).split(os.pathsep) if p and p != folder]
-    return os.pathsep.join([folder, *parts]) if folder else os.pathsep.join(parts)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES, limit: int = 4096) -> str:
@@ -103,25 +85,48 @@ class PortPool:
 
 @dataclass
 class Replica:
-    role: str
-    index: int
-    argv: list[str]
-    env: dict[str, str]
-    cwd: Path
-    log: Path
-    health_argv: list[str] | None = None
-    phase: str = "pending"  # pending, health, running, backoff, succeeded, failed
+    """A planned replica (dlc_airflow.local.plan) and what became of it."""
+
+    plan: PlannedReplica
+    phase: str = "pending"  # pending, health, running, backoff, succeeded, failed, stopped
     proc: subprocess.Popen | None = None
     started_at: int | None = None  # kernel start time of proc
     restarts: int = 0
     failures: int = 0
     last_exit: int | None = None
     restart_at: float = 0.0
-    stopped_groups: list[int] = field(default_factory=list)
+
+    @property
+    def role(self) -> str:
+        return self.plan.role
+
+    @property
+    def index(self) -> int:
+        return self.plan.index
+
+    @property
+    def argv(self) -> list[str]:
+        return self.plan.argv
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.plan.env
+
+    @property
+    def cwd(self) -> Path:
+        return self.plan.cwd
+
+    @property
+    def log(self) -> Path:
+        return self.plan.log
+
+    @property
+    def health_argv(self) -> list[str] | None:
+        return self.plan.health_argv
 
     @property
     def key(self) -> str:
-        return layout.replica_key(self.role, self.index)
+        return self.plan.key
 
     @property
     def active(self) -> bool:
@@ -146,7 +151,7 @@ class Supervisor:
         self.reason = ""
         self.message = ""
         previous = layout.read_json(jobdir / layout.STATE, {}) or {}
-        self.created = previous.get("created") or now().isoformat()
+        self.created: datetime = parse_time(previous.get("created")) or now()
         self.started: datetime | None = None
         self.finished: datetime | None = None
         self.previous_state = previous.get("state")
@@ -201,7 +206,7 @@ class Supervisor:
     def load(self) -> DLCJob:
         data = layout.read_json(self.jobdir / layout.SPEC)
         if data is None:
-            raise JobFailed("InvalidSpec", f"{self.jobdir / layout.SPEC} is missing")
+            raise JobFailed(policy.INVALID_SPEC, f"{self.jobdir / layout.SPEC} is missing")
         return DLCJob.model_validate(data)
 
     def prepare(self, job: DLCJob) -> None:
@@ -209,68 +214,19 @@ class Supervisor:
         if job.code is not None:
             self.clone(job)
         ports = PortPool()
-        addr = wiring.Addressing(host=lambda role, index: "127.0.0.1", port=ports.port)
-        hostfile = self.jobdir / layout.HOSTFILE
-        needs_hostfile = job.type == JobType.mpi or job.launcher == "mpi"
-        if needs_hostfile:
-            hostfile.write_text(wiring.hostfile(job, addr, job.slots_per_worker))
-        cwd = self.working_dir(job, mounts)
-        inherited = {
-            k: v for k, v in os.environ.items()
-            if k not in _WIRING_NAMES and not k.startswith(_WIRING_PREFIXES)
-        }
-        inherited["PATH"] = interpreter_path(inherited.get("PATH"))
-        # Ray: only the head runs locally (ray.init() starts the local cluster).
-        roles = ["head"] if job.type == JobType.ray else ordered_roles(job.roles)
-        for role in roles:
-            count = job.roles[role].replicas
-            self.roles[role] = count
-            for index in range(count):
-                env = dict(inherited)
-                env.update(self.replica_env(job, role, index, addr, mounts))
-                env["JOB_COMPLETION_INDEX"] = str(index)
-                key = layout.replica_key(role, index)
-                env["DLC_OUTPUT_FILE"] = str(self.jobdir / layout.OUTPUTS / f"{key}.json")
-                if needs_hostfile:
-                    for name, value in env.items():
-                        if value in (wiring.MPI_HOSTFILE, wiring.DEEPSPEED_HOSTFILE):
-                            env[name] = str(hostfile)
-                health = mounts.rewrite_all(job.health_check.command) if job.health_check else None
-                self.replicas.append(
-                    Replica(
-                        role=role,
-                        index=index,
-                        argv=mounts.rewrite_all(job.role_command(role)),
-                        env=env,
-                        cwd=cwd,
-                        log=self.jobdir / layout.LOGS / f"{key}.log",
-                        health_argv=health,
-                    )
-                )
-        ports.release()
-
-    def replica_env(self, job: DLCJob, role: str, index: int, addr: wiring.Addressing,
-                    mounts: LocalMounts) -> dict[str, str]:
-        env = wiring.replica_env(job, self.name, role, index, addr)
-        # A file:// checkpoint root is a local path already: it and its env stay as written.
-        keep = set()
-        if job.checkpoint is not None and job.checkpoint.uri.startswith("file://"):
-            keep = {"DLC_CHECKPOINT_URI", "DLC_CHECKPOINT_DIR", "DLC_RESUME_FROM"}
-        return {k: (v if k in keep else mounts.rewrite(v)) for k, v in env.items()}
-
-    def working_dir(self, job: DLCJob, mounts: LocalMounts) -> Path:
-        if not job.working_dir:
-            return self.jobdir
-        mapped = mounts.rewrite(job.working_dir)
-        if mapped != job.working_dir:
-            Path(mapped).mkdir(parents=True, exist_ok=True)
-            return Path(mapped)
-        if Path(job.working_dir).is_dir():
-            return Path(job.working_dir)
-        return self.jobdir  # a path inside the image only: the job folder stands in
+        try:
+            plan = plan_replicas(job, self.name, self.jobdir, ports.port, mounts=mounts, environ=os.environ)
+        finally:
+            ports.release()
+        if plan.hostfile is not None and plan.hostfile_path is not None:
+            plan.hostfile_path.write_text(plan.hostfile)
+        plan.cwd.mkdir(parents=True, exist_ok=True)
+        self.roles = dict(plan.roles)
+        self.replicas = [Replica(planned) for planned in plan.replicas]
 
     def clone(self, job: DLCJob) -> None:
         code = job.code
+        assert code is not None
         target = self.jobdir / layout.CODE
         log = self.jobdir / layout.SUPERVISOR_LOG
         steps = [
@@ -280,40 +236,38 @@ class Supervisor:
         for argv in steps:
             try:
                 with open(log, "ab") as out:
-                    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
+                    done = subprocess.run(argv, check=False, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, timeout=600)
             except (OSError, subprocess.TimeoutExpired) as exc:
-                raise JobFailed("CodeSourceFailed", f"code source {code.repo}: {exc}") from None
+                raise JobFailed(policy.CODE_SOURCE_FAILED, f"code source {code.repo}: {exc}") from None
             if done.returncode != 0:
                 raise JobFailed(
-                    "CodeSourceFailed",
+                    policy.CODE_SOURCE_FAILED,
                     f"code source {code.repo}@{code.revision}: `{' '.join(argv[:3])}` exited "
                     f"{done.returncode}:\n{log_tail(log)}",
                 )
 
     # -- processes --------------------------------------------------------------------
     def spawn(self, replica: Replica, argv: list[str]) -> None:
-        out = open(replica.log, "ab")
-        try:
-            replica.proc = subprocess.Popen(
-                argv,
-                env=replica.env,
-                cwd=replica.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stop kills what it spawned
-                close_fds=True,
-            )
-        except OSError as exc:
-            out.write(f"[dlc-airflow] cannot start {argv[0]!r}: {exc}\n".encode())
-            out.close()
-            raise JobFailed(
-                "StartError",
-                f"{replica.key}: cannot start {argv[0]!r}: {exc.strerror or exc} "
-                f"(cwd {replica.cwd})",
-            ) from None
-        out.close()  # the child has its own copy
+        with open(replica.log, "ab") as out:  # the child keeps its own copy
+            try:
+                replica.proc = subprocess.Popen(
+                    argv,
+                    env=replica.env,
+                    cwd=replica.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: stop kills what it spawned
+                    close_fds=True,
+                )
+            except OSError as exc:
+                out.write(f"[dlc-airflow] cannot start {argv[0]!r}: {exc}\n".encode())
+                raise JobFailed(
+                    policy.START_ERROR,
+                    f"{replica.key}: cannot start {argv[0]!r}: {exc.strerror or exc} "
+                    f"(cwd {replica.cwd})",
+                ) from None
         replica.started_at = procs.start_time(replica.proc.pid)
 
     def start(self, replica: Replica) -> None:
@@ -349,47 +303,83 @@ class Supervisor:
         return text + (f"; last log lines:\n{tail}" if tail else "")
 
     def on_exit(self, job: DLCJob, replica: Replica) -> None:
+        """A replica's process ended: go on as dlc_airflow.local.policy decides."""
+        assert replica.proc is not None
         code = exit_code(replica.proc.returncode)
         replica.last_exit = code
         # Like a container: when the main process ends, whatever it left behind goes too.
         procs.signal_group(replica.proc.pid, signal.SIGKILL)
         if replica.phase == "health":
-            if code == 0:
+            checked = policy.after_health_check(code)
+            if checked.action is Action.SUCCEED:
                 self.start(replica)
                 return
             replica.phase = "failed"
             replica.failures += 1
-            raise JobFailed("HealthCheckFailed", self.failure_message(replica, code, "health check"))
-        if code == 0:
+            raise JobFailed(checked.reason, self.failure_message(replica, code, "health check"))
+        decision = policy.after_exit(job.fault_tolerance, code, replica.restarts)
+        if decision.action is Action.SUCCEED:
             replica.phase = "succeeded"
             return
         replica.failures += 1
-        policy = job.fault_tolerance
-        retryable = not policy.retryable_exit_codes or code in policy.retryable_exit_codes
-        if retryable and replica.restarts < policy.max_restarts:
-            replica.restarts += 1
+        if decision.action is Action.RESTART:
+            if decision.counted:
+                replica.restarts += 1
             replica.phase = "backoff"
-            delay = min(MAX_BACKOFF, RESTART_BACKOFF * 2 ** (replica.restarts - 1))
-            replica.restart_at = time.monotonic() + delay
+            replica.restart_at = time.monotonic() + decision.delay
             self.state = JobState.RESTARTING
-            self.message = f"{replica.key} exited with code {code}; restart {replica.restarts} of {policy.max_restarts}"
-            self.note(replica, f"exited with code {code}; restart {replica.restarts} of "
-                               f"{policy.max_restarts} in {delay:.1f}s")
+            self.message = f"{replica.key} exited with code {code}; {decision.why}"
+            self.note(replica, f"exited with code {code}; {decision.why} in {decision.delay:.1f}s")
             return
         replica.phase = "failed"
-        if not retryable:
-            reason = "PodFailurePolicy"
-            why = f"exit code {code} is not in retryable_exit_codes {policy.retryable_exit_codes}"
-        else:
-            reason = "BackoffLimitExceeded"
-            why = f"restarted {replica.restarts} of max_restarts {policy.max_restarts} times"
-        self.note(replica, f"exited with code {code}: {why}; the job fails")
-        raise JobFailed(reason, self.failure_message(replica, code, "main command") + f"\n({why})")
+        self.note(replica, f"exited with code {code}: {decision.why}; the job fails")
+        raise JobFailed(decision.reason,
+                        self.failure_message(replica, code, "main command") + f"\n({decision.why})")
+
+    def succeeded(self, job: DLCJob) -> bool:
+        done = [(r.role, r.index) for r in self.replicas if r.phase == "succeeded"]
+        return policy.job_succeeded(job, done, [(r.role, r.index) for r in self.replicas])
+
+    def stop_leftovers(self, job: DLCJob) -> None:
+        """The job succeeded without some replicas (TensorFlow: once the chief has, parameter
+        servers, evaluators and other workers): stop them, with the grace period. They are
+        stopped, not failed."""
+        keys = set(policy.leftovers({(r.role, r.index): r.phase for r in self.replicas}))
+        leftovers = [r for r in self.replicas if (r.role, r.index) in keys]
+        if not leftovers:
+            return
+        decider = policy.success_decider(job)
+        why = f"{decider[0]}-{decider[1]} succeeded" if decider else "every other replica succeeded"
+        for replica in leftovers:
+            if replica.active:
+                self.note(replica, f"stopping: the job succeeded ({why})")
+        groups = [r.proc.pid for r in leftovers if r.proc is not None and r.phase in ("health", "running")]
+        procs.kill_groups(groups, grace_seconds(), poll=self.reap)
+        for replica in leftovers:
+            if replica.proc is not None and replica.phase in ("health", "running"):
+                try:  # SIGKILLed by now: gone in a moment
+                    replica.last_exit = exit_code(replica.proc.wait(timeout=5))
+                except subprocess.TimeoutExpired:
+                    pass
+            replica.phase = "stopped"
+
+    def poll_replicas(self, job: DLCJob) -> bool:
+        """Handle the replicas that ended and restart those due; True once the job has
+        succeeded (the replicas after the one that decided it are left to stop_leftovers)."""
+        for replica in self.replicas:
+            running = replica.proc is not None and replica.phase in ("health", "running")
+            if running and replica.proc is not None and replica.proc.poll() is not None:
+                self.on_exit(job, replica)
+                if replica.phase == "succeeded" and self.succeeded(job):
+                    return True
+            if replica.phase == "backoff" and time.monotonic() >= replica.restart_at:
+                self.start(replica)
+        return self.succeeded(job)
 
     # -- the run ----------------------------------------------------------------------
     def stop_reason(self) -> str:
         request = layout.read_json(self.jobdir / layout.STOP, None) or {}
-        return str(request.get("reason") or "Stopped")
+        return str(request.get("reason") or reasons.STOPPED)
 
     def stop_grace(self) -> float:
         request = layout.read_json(self.jobdir / layout.STOP, None) or {}
@@ -418,7 +408,7 @@ class Supervisor:
             if isinstance(exc, JobFailed):
                 return self.finish(JobState.FAILED, exc.reason, exc.message)
             detail = "".join(traceback.format_exception(exc))[-2000:]
-            return self.finish(JobState.FAILED, "SupervisorError", f"the local supervisor failed:\n{detail}")
+            return self.finish(JobState.FAILED, policy.SUPERVISOR_ERROR, f"the local supervisor failed:\n{detail}")
 
     def write_identity(self) -> None:
         path = self.jobdir / layout.SUPERVISOR
@@ -429,9 +419,8 @@ class Supervisor:
         job = self.load()
         self.write_state()
         self.prepare(job)
-        deadline = (
-            time.monotonic() + job.max_running_time.total_seconds() if job.max_running_time else None
-        )
+        limit = job.max_running_time.total_seconds() if job.max_running_time else None
+        deadline = time.monotonic() + limit if limit is not None else None
         if self.stop_requested():
             return self.finish(JobState.STOPPED, self.stop_reason(), "stopped before it started")
         for replica in self.replicas:
@@ -447,23 +436,18 @@ class Supervisor:
                 return self.finish(JobState.STOPPED, reason, f"stopped: {reason}")
             if deadline is not None and time.monotonic() >= deadline:
                 self.kill_all(grace_seconds())
-                limit = job.max_running_time.total_seconds()
                 return self.finish(
-                    JobState.FAILED, "DeadlineExceeded",
+                    JobState.FAILED, reasons.DEADLINE_EXCEEDED,
                     f"the job ran longer than max_running_time ({limit:g}s) and was killed",
                 )
             try:
-                for replica in self.replicas:
-                    if replica.proc is not None and replica.phase in ("health", "running"):
-                        if replica.proc.poll() is not None:
-                            self.on_exit(job, replica)
-                    if replica.phase == "backoff" and time.monotonic() >= replica.restart_at:
-                        self.start(replica)
+                done = self.poll_replicas(job)
             except JobFailed as failed:
                 self.kill_all(grace_seconds())
                 return self.finish(JobState.FAILED, failed.reason, failed.message)
-            if all(r.phase == "succeeded" for r in self.replicas):
-                return self.finish(JobState.SUCCEEDED, "Completed", "")
+            if done:
+                self.stop_leftovers(job)
+                return self.finish(JobState.SUCCEEDED, reasons.COMPLETED, "")
             if self.state == JobState.RESTARTING and not self.backing_off():
                 self.state, self.message = JobState.RUNNING, ""
             self.write_state()

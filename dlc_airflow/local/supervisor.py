@@ -4,22 +4,29 @@ LocalRunner.submit starts it in its own session, so it outlives the task process
 submitted the job (deferral, a worker restart, a retry that adopts the job). It:
 
 1. reads spec.json and maps volumes to local folders (dlc_airflow.local.volumes), clones
-   the code source, allocates one free 127.0.0.1 port per replica that peers dial, writes
-   the MPI/DeepSpeed hostfile;
-2. gives every replica os.environ + exactly the wiring the cluster backends inject
-   (dlc_airflow.wiring.replica_env with host 127.0.0.1 and those ports), plus
-   JOB_COMPLETION_INDEX and DLC_OUTPUT_FILE=<jobdir>/outputs/<role>-<i>.json; wiring
-   variables inherited from the submitting process are dropped first, and the folder of the
+   the code source, allocates one free 127.0.0.1 port per replica that peers dial;
+2. plans the replicas (dlc_airflow.local.plan, pure): every replica gets os.environ +
+   exactly the wiring the cluster backends inject (dlc_airflow.wiring.replica_env with host
+   127.0.0.1 and those ports), plus JOB_COMPLETION_INDEX and
+   DLC_OUTPUT_FILE=<jobdir>/outputs/<role>-<i>.json; wiring variables inherited from the
+   submitting process are dropped first (wiring.is_wired), and the folder of the
    interpreter running Airflow goes first on PATH (as if its virtualenv were activated), so
    `python` in a job's command is the environment's, as the image's would be on a cluster;
+   the MPI/DeepSpeed hostfile (wiring.hostfile_spec: presence and slots, as on native) is
+   written to <jobdir>/hostfile;
 3. runs each replica in its own process group: health_check.command once, then the
    main command, stdout+stderr appended to logs/<role>-<i>.log;
-4. applies fault tolerance as the native backend does per index: a replica that exits
-   non-zero with a retryable code (any, when retryable_exit_codes is empty) is restarted
-   up to max_restarts times; otherwise the other replicas are killed and the job FAILED
-   (BackoffLimitExceeded, PodFailurePolicy, HealthCheckFailed, DeadlineExceeded after
+4. applies fault tolerance as the native backend does per index
+   (dlc_airflow.local.policy, pure): a replica that exits non-zero with a retryable code
+   (any, when retryable_exit_codes is empty) is restarted up to max_restarts times;
+   otherwise the other replicas are killed and the job FAILED (reasons
+   RestartLimitExceeded, PodFailurePolicy, HealthCheckFailed, and DeadlineExceeded after
    max_running_time);
-5. writes state.json atomically at every change, and on SIGTERM (LocalRunner.stop)
+5. decides success as the policy says: every replica succeeded, or for TensorFlow the
+   chief (worker 0 without a chief); the replicas still running then (parameter servers,
+   evaluators, other workers) are stopped with the grace period (SIGTERM, then SIGKILL)
+   and recorded as stopped, not failed;
+6. writes state.json atomically at every change, and on SIGTERM (LocalRunner.stop)
    kills every replica's process group (SIGTERM, SIGKILL after the grace period) and
    ends STOPPED.
 

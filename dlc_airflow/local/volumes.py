@@ -37,11 +37,15 @@ class LocalMounts:
     """mount_path -> local folder, and rewriting of strings that mention mount paths."""
 
     folders: dict[str, Path] = field(default_factory=dict)
+    # folders a job needs made before it starts (not the code checkout: git makes that)
+    to_create: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._pattern: re.Pattern[str] | None = None
 
-    def add(self, mount_path: str, folder: Path) -> None:
+    def add(self, mount_path: str, folder: Path, create: bool = True) -> None:
+        if create and folder not in self.to_create:
+            self.to_create.append(folder)
         path = mount_path.rstrip("/")
         if path:  # "/" itself is never rewritten: every absolute path would change
             self.folders[path] = folder
@@ -72,6 +76,15 @@ def _shared(root: Path, kind: str, name: str) -> Path:
 
 def map_mounts(job: DLCJob, root: Path, jobdir: Path) -> LocalMounts:
     """The local folder of every mount of `job` (created), as a LocalMounts."""
+    mounts = plan_mounts(job, root, jobdir)
+    for folder in mounts.to_create:
+        folder.mkdir(parents=True, exist_ok=True)
+    return mounts
+
+
+def plan_mounts(job: DLCJob, root: Path, jobdir: Path) -> LocalMounts:
+    """The local folder of every mount of `job`, without touching the disk (map_mounts
+    creates them)."""
     mounts = LocalMounts()
     for number, mount in enumerate(job.storage):
         if mount.type == "host_path":
@@ -91,15 +104,13 @@ def map_mounts(job: DLCJob, root: Path, jobdir: Path) -> LocalMounts:
             folder = jobdir / "volumes" / f"empty_dir-{number}"
         if mount.sub_path:
             folder = folder / mount.sub_path
-        folder.mkdir(parents=True, exist_ok=True)
         mounts.add(mount.mount_path, folder)
     if job.code is not None:
-        mounts.add(job.code.mount_path, jobdir / "code")
+        mounts.add(job.code.mount_path, jobdir / "code", create=False)
     checkpoint = job.checkpoint
     if checkpoint is not None and not checkpoint.uri.startswith("file://"):
         inside = checkpoint.container_path()
         if inside and not mounts.covers(inside) and not checkpoint.uri.startswith("/"):
             folder = root / "volumes" / f"checkpoint-{digest(checkpoint.uri, length=12)}"
-            folder.mkdir(parents=True, exist_ok=True)
             mounts.add(inside, folder)
     return mounts

@@ -219,3 +219,46 @@ def test_a_task_that_fails_after_submitting_stops_its_job(kube, k8s_conn, dag_fi
     text = "".join(capfd.readouterr())
     assert "the worker lost its way" in text and "stopping the job" in text
     wait_until(lambda: managed(kube, JOB) == [], "the job to be stopped")
+
+
+RETRIED_DAG = '''
+import json
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import DAG
+from dlc_airflow.operators import DLCJobOperator
+
+with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+         default_args={{"retries": 2, "retry_delay": timedelta(seconds=0)}}) as dag:
+    DLCJobOperator(task_id="train", **json.loads({kwargs!r}))
+'''
+
+
+@pytest.mark.parametrize("problem", ["bad-token", "forbidden-namespace"])
+def test_auth_errors_fail_the_task_without_retries(cluster, namespace, kube, dag_files, tmp_path, monkeypatch,
+                                                   capfd, problem):
+    """Issue 13 4d: a 401 (bad token) or a 403 (a namespace the Role is not bound in) fails
+    the task at once - no Airflow retries - naming the connection and the identity."""
+    import json
+    import uuid
+
+    from tests.airflow.conftest import restricted_kubeconfig
+
+    conn_id = f"dlc_{uuid.uuid4().hex[:8]}"
+    path = restricted_kubeconfig(cluster, namespace if problem == "bad-token" else "default",
+                                 tmp_path / "kubeconfig.json")
+    if problem == "bad-token":
+        config = json.loads(path.read_text())
+        config["users"][0]["user"]["token"] = "not-a-valid-token"
+        path.write_text(json.dumps(config))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(path)}}))
+    dag_id = f"t_{uuid.uuid4().hex[:8]}"
+    kwargs = {"conn_id": conn_id, "backend": "native", "job": training_job().to_dict(), "deferrable": False}
+    dag = dag_files(dag_id, RETRIED_DAG.format(dag_id=dag_id, kwargs=json.dumps(kwargs)))
+    ti = dag.test().get_task_instance("train")
+    assert ti.state == "failed" and ti.try_number == 1  # no retry
+    text = "".join(capfd.readouterr())
+    assert f"connection {conn_id!r}" in text
+    assert ("401" in text) if problem == "bad-token" else ("may not" in text and "dlc-airflow" in text)
+    assert managed(kube, JOB) == []

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dlc_airflow.local import LocalJobError, LocalRunner
-from dlc_airflow.local import procs
+from dlc_airflow import reasons
+from dlc_airflow.local import LocalJobError, LocalRunner, procs
 from dlc_airflow.local.volumes import LocalMounts
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
@@ -64,19 +64,10 @@ def supervisors_of(jobdir: Path) -> list[int]:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"dlc_airflow.local.supervisor" in argv and str(jobdir).encode() in argv:
-            if procs.alive(int(entry)):
-                found.append(int(entry))
+        ours = b"dlc_airflow.local.supervisor" in argv and str(jobdir).encode() in argv
+        if ours and procs.alive(int(entry)):
+            found.append(int(entry))
     return found
-
-
-@pytest.fixture
-def runner(tmp_path):
-    r = LocalRunner(tmp_path / "jobs")
-    r.grace_seconds = 2.0
-    yield r
-    for name in r.find({}):  # never leave processes behind
-        r.stop(name)
 
 
 DUMP_ENV = """
@@ -190,7 +181,7 @@ def test_failure_is_restarted_up_to_max_restarts_then_fails(runner):
     runner.submit(job, "always-fails", labels())
     status = wait(runner, "always-fails")
     assert status.state == JobState.FAILED
-    assert status.reason == "BackoffLimitExceeded"
+    assert status.reason == reasons.RESTART_LIMIT_EXCEEDED
     assert status.restarts == 2
     assert status.roles["worker"].failed == 3 and status.roles["worker"].succeeded == 1
     assert "worker-1" in status.message and "code 3" in status.message
@@ -228,7 +219,7 @@ def test_retryable_exit_code_is_restarted(runner):
                  fault_tolerance={"max_restarts": 1, "retryable_exit_codes": [3]})
     runner.submit(job, "retryable", labels())
     status = wait(runner, "retryable")
-    assert (status.state, status.reason, status.restarts) == (JobState.FAILED, "BackoffLimitExceeded", 1)
+    assert (status.state, status.reason, status.restarts) == (JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED, 1)
 
 
 def test_failure_kills_the_other_replicas(runner, tmp_path):
@@ -264,8 +255,8 @@ def test_health_check_runs_once_before_the_main_command(runner, tmp_path):
     checks = tmp_path / "checks"
     marker = tmp_path / "failed-once"
     job = DLCJob(image="local", type="batch", roles={"worker": 2},
-                 health_check={"command": [PY, "-c", f"import os; open(os.path.join({str(checks)!r}, "
-                                                      f"os.environ['SHARD_INDEX']), 'a').write('x')"]},
+                 health_check={"command": [PY, "-c", (f"import os; open(os.path.join({str(checks)!r}, "
+                                                       f"os.environ['SHARD_INDEX']), 'a').write('x')")]},
                  command=script(f"""
                      import os, sys
                      if not os.path.exists({str(marker)!r}):
@@ -361,6 +352,8 @@ def test_second_submit_adopts_without_a_second_supervisor(runner, tmp_path):
     other = LocalRunner(runner.root)  # e.g. the retry of the task, in another process
     assert other.submit(job, "adopt-me", labels("task-a")) is False
     assert supervisor_pid(runner, "adopt-me") == first
+    # (a supervisor just forked may not show its own command line yet)
+    wait_for(lambda: first in supervisors_of(runner.root / "adopt-me"), 10, "the supervisor")
     assert supervisors_of(runner.root / "adopt-me") == [first]
     assert other.status("adopt-me").state in (JobState.PENDING, JobState.RUNNING)
     gate.touch()
@@ -384,7 +377,7 @@ def test_job_outlives_the_process_that_submitted_it(runner, tmp_path):
             "open({str(done)!r}, 'w').write('done')"])
         print(LocalRunner({str(runner.root)!r}).submit(job, "detached", {{"{KEY}": "task-a"}}))
     """)
-    result = subprocess.run([PY, "-c", submitter], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([PY, "-c", submitter], check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
     # the submitter has exited; the job waits for the gate, then finishes on its own
@@ -554,7 +547,7 @@ def test_rewrite_matches_whole_path_components_longest_first(tmp_path):
 TRAIN_WITH_CHECKPOINTS = """
     import os, sys
     from dlc_airflow.runtime import save_checkpoint, resume_path, log_metrics, rank
-    start = resume_path()
+    start = resume_path(fallback_to_latest=True)  # a restarted replica resumes its own work
     step = int(open(os.path.join(start, "step")).read()) if start else 0
     print("resumed from", start, "at step", step, flush=True)
     for step in range(step + 1, step + 4):

@@ -316,9 +316,12 @@ def test_jobset_addressing_and_structure():
     assert js["spec"]["successPolicy"] == {"operator": "All"}
 
 
-def test_tensorflow_ps_does_not_block_success():
+def test_tensorflow_chief_decides_success():
+    """As TFJob: the chief decides (the workers without a chief); ps and evaluators never do."""
     js = render("jobset", make("tensorflow", RICH_ROLES["tensorflow"]))[0]
-    assert js["spec"]["successPolicy"]["targetReplicatedJobs"] == ["chief", "worker", "evaluator"]
+    assert js["spec"]["successPolicy"]["targetReplicatedJobs"] == ["chief"]
+    js = render("jobset", make("tensorflow", {"ps": 1, "worker": 2}))[0]
+    assert js["spec"]["successPolicy"]["targetReplicatedJobs"] == ["worker"]
 
 
 def test_tf_config_cluster_and_task():

@@ -203,6 +203,30 @@ def test_native_tensorflow_ps_does_not_block_success():
     assert native.status(list(objs.values())).state is JobState.SUCCEEDED
 
 
+def test_native_tensorflow_chief_decides_while_workers_and_evaluator_run():
+    job = DLCJob(type="tensorflow", image="img", command=["x"],
+                 roles={"chief": 1, "ps": 1, "worker": 2, "evaluator": 1})
+    objs = {o["metadata"]["name"]: o for o in native.render(job, NAME) if o["kind"] == "Job"}
+    running = {"active": 1, "ready": 1, "startTime": T1}
+    for role in ("ps", "worker", "evaluator"):
+        objs[f"{NAME}-{role}"]["status"] = running
+    assert native.status(list(objs.values())).state is JobState.RUNNING
+    objs[f"{NAME}-chief"]["status"] = {"conditions": [cond("Complete", "CompletionsReached")],
+                                       "completionTime": T2, "succeeded": 1, "startTime": T1}
+    assert native.status(list(objs.values())).state is JobState.SUCCEEDED
+    assert sorted(native.leftovers(list(objs.values()))) == [f"{NAME}-{r}" for r in ("evaluator", "ps", "worker")]
+
+
+def test_native_tensorflow_without_chief_worker_zero_decides():
+    job = DLCJob(type="tensorflow", image="img", command=["x"], roles={"ps": 1, "worker": 3})
+    objs = {o["metadata"]["name"]: o for o in native.render(job, NAME) if o["kind"] == "Job"}
+    objs[f"{NAME}-ps"]["status"] = {"active": 1, "startTime": T1}
+    objs[f"{NAME}-worker"]["status"] = {"active": 3, "startTime": T1, "completedIndexes": "1"}
+    assert native.status(list(objs.values())).state is JobState.RUNNING  # worker 1 is not the one
+    objs[f"{NAME}-worker"]["status"] = {"active": 2, "succeeded": 1, "startTime": T1, "completedIndexes": "0"}
+    assert native.status(list(objs.values())).state is JobState.SUCCEEDED
+
+
 # -- kubeflow -------------------------------------------------------------------------------------
 
 
