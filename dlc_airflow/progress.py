@@ -10,9 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from dlc_airflow import reasons
 from dlc_airflow.status import JobState, JobStatus
 
 QUEUED_STATES = frozenset({JobState.PENDING, JobState.QUEUED})
+# A job whose pods cannot be created or cannot start their containers (FailedCreate, image
+# pull errors, config errors) fails after queue_timeout, or after this long when none is set:
+# long enough for a registry hiccup or a Secret being created, short of a task hanging.
+CANNOT_START_TIMEOUT = 300.0
 
 
 class VerdictKind(str, Enum):
@@ -42,6 +47,21 @@ class Progress:
         # a wait resumed elsewhere (another triggerer) keeps the time already spent queued
         self.queued_since: float | None = now - queued_already
         self.last_said = now
+        self.blocked = ""  # why the job cannot start (FailedCreate...), from its events
+
+    def cannot_start(self, why: str, now: float) -> list[str]:
+        """Record that the job's pods cannot be created (the controller's event says why)."""
+        if not why or why == self.blocked or self.last is None or self.last.state not in QUEUED_STATES:
+            return []
+        self.blocked = why
+        self.last_said = now
+        return [f"job {self.job}: cannot start: {why}"]
+
+    def starting(self, now: float, after: float = 5.0) -> bool:
+        """Queued with no replica running for `after` seconds: worth asking why."""
+        status = self.last
+        return (status is not None and status.state in QUEUED_STATES and self.queued_since is not None
+                and now - self.queued_since >= after and not any(c.active for c in status.roles.values()))
 
     def update(self, status: JobStatus, now: float) -> list[str]:
         """Record a status; return the lines worth logging about the change."""
@@ -57,6 +77,7 @@ class Progress:
                 self.queued_since = now
         else:
             self.queued_since = None
+            self.blocked = ""
         self.last = status
         if lines:
             self.last_said = now
@@ -77,15 +98,30 @@ class Progress:
             return Verdict(VerdictKind.FINISHED, status, f"job {self.job} {status.state.value.lower()}"
                            + (f": {status.reason}" if status.reason else "")
                            + (f" - {status.message}" if status.message else ""))
-        if (self.queue_timeout is not None and self.queued_since is not None
-                and now - self.queued_since >= self.queue_timeout):
+        limit = self.queue_limit()
+        if limit is not None and self.queued_since is not None and now - self.queued_since >= limit:
+            blocked = self.blocked or (status.message if status.reason == reasons.CANNOT_START else "")
+            if blocked:
+                what = "queue_timeout" if self.queue_timeout is not None else "the default for jobs that cannot start"
+                return Verdict(VerdictKind.QUEUE_TIMEOUT, status,
+                               f"job {self.job} could not start within {what} ({_human(limit)}): {blocked}")
             why = status.message or f"no replica started ({status.state.value})"
             return Verdict(VerdictKind.QUEUE_TIMEOUT, status,
                            f"job {self.job} was not scheduled within queue_timeout "
-                           f"({_human(self.queue_timeout)}): {why}")
+                           f"({_human(limit)}): {why}")
         if self.deadline is not None and now >= self.deadline:
             return Verdict(VerdictKind.TIMEOUT, status, f"job {self.job} did not finish within timeout "
                            f"({_human(self.deadline - self.started)}); last state {status.summary()}")
+        return None
+
+    def queue_limit(self) -> float | None:
+        """How long the job may stay queued: queue_timeout, else the default for a job that
+        cannot start, else no limit."""
+        if self.queue_timeout is not None:
+            return self.queue_timeout
+        status = self.last
+        if self.blocked or (status is not None and status.reason == reasons.CANNOT_START):
+            return CANNOT_START_TIMEOUT
         return None
 
     def next_wakeup(self, now: float, default: float) -> float:
@@ -93,8 +129,9 @@ class Progress:
         due = [default, self.heartbeat_every - (now - self.last_said)]
         if self.deadline is not None:
             due.append(self.deadline - now)
-        if self.queue_timeout is not None and self.queued_since is not None:
-            due.append(self.queued_since + self.queue_timeout - now)
+        limit = self.queue_limit()
+        if limit is not None and self.queued_since is not None:
+            due.append(self.queued_since + limit - now)
         return max(0.05, min(due))
 
 

@@ -13,7 +13,7 @@ from importlib import import_module
 from typing import Any
 
 from dlc_airflow.local.jobrunner import LOCAL, LocalJobRunner
-from dlc_airflow.registry import ALL_BACKENDS, is_kubernetes
+from dlc_airflow.registry import ALL_BACKENDS, check_backend_name, is_kubernetes
 from dlc_airflow.runner import JobRunner
 
 BACKENDS = ALL_BACKENDS
@@ -21,29 +21,60 @@ BACKENDS = ALL_BACKENDS
 # Backends that are neither on Kubernetes nor local: "module:function" building the runner
 # from (conn_id, namespace, connection) - connection is the Airflow Connection when the
 # caller has read it already (the triggerer reads it asynchronously), else None.
-RUNNER_FACTORIES: dict[str, str] = {}
+RUNNER_FACTORIES: dict[str, str] = {
+    "pai": "dlc_airflow.pai.runner:make_runner",
+}
 
 
-def resolve_backend(backend: str | None, conn_id: str) -> str:
-    """The backend to use; without one: a cluster when one is configured, else local."""
+DEFAULT_CONN_ID = "kubernetes_default"
+
+
+class NoSuchConnection(ValueError):
+    """conn_id names a connection that does not exist (permanent: fail the task)."""
+
+    permanent = True
+
+
+def choose_backend(backend: str | None, conn_id: str | None) -> tuple[str, str, str]:
+    """(backend, connection id, why) for a task.
+
+    Without backend=: a cluster when one is configured, and `local` only when none is at
+    all - no connection of that id, no kubeconfig, not in a pod - and the task named no
+    conn_id: a named connection that does not exist is an error, never a silent run on the
+    worker host.
+    """
     if backend:
-        if backend not in BACKENDS:
-            raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
-        return backend
-    return "native" if cluster_configured(conn_id) else LOCAL
-
-
-def cluster_configured(conn_id: str) -> bool:
+        check_backend_name(backend)
+        if conn_id is not None and backend != LOCAL and not connection_exists(conn_id):
+            raise NoSuchConnection(_missing(conn_id))
+        return backend, conn_id or DEFAULT_CONN_ID, "backend= is set on the task"
+    if conn_id is not None:
+        if not connection_exists(conn_id):
+            raise NoSuchConnection(_missing(conn_id))
+        return "native", conn_id, f"connection {conn_id!r} exists"
+    if connection_exists(DEFAULT_CONN_ID):
+        return "native", DEFAULT_CONN_ID, f"connection {DEFAULT_CONN_ID!r} exists"
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return True
-    if os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser().exists():
-        return True
+        return "native", DEFAULT_CONN_ID, "running in a Kubernetes pod (in-cluster configuration)"
+    kubeconfig = os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
+    if os.environ.get("KUBECONFIG") or Path(kubeconfig).exists():
+        return "native", DEFAULT_CONN_ID, f"a kubeconfig is configured ({kubeconfig})"
+    return LOCAL, DEFAULT_CONN_ID, (f"no cluster is configured (no connection {DEFAULT_CONN_ID!r}, no kubeconfig, "
+                                    "not in a pod): jobs run as local processes on this host")
+
+
+def _missing(conn_id: str) -> str:
+    return (f"connection {conn_id!r} does not exist: create it (airflow connections add {conn_id} "
+            "--conn-type kubernetes ...), or leave conn_id unset to use the default")
+
+
+def connection_exists(conn_id: str) -> bool:
     try:
         from airflow.sdk.bases.hook import BaseHook
 
         BaseHook.get_connection(conn_id)
         return True
-    except Exception:  # noqa: BLE001 - no such connection: no cluster configured
+    except Exception:  # noqa: BLE001 - AirflowNotFoundException, or no Airflow at all
         return False
 
 

@@ -66,7 +66,7 @@ class DLCJobTrigger(BaseTrigger):
                                        extras=extras, local_root=self.local_root, connection=connection)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from dlc_airflow.airflow.waiting import LogCursor
+        from dlc_airflow.airflow.waiting import START_CHECK_EVERY, LogCursor, why_not_started
 
         ref = JobRef.from_dict(self.ref)
         runner = await self._runner()
@@ -84,12 +84,14 @@ class DLCJobTrigger(BaseTrigger):
         await asyncio.to_thread(follower.start, lambda s, p: loop.call_soon_threadsafe(updates.put_nowait, (s, p)))
         self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.namespace)
         pods: list[dict] = []
+        last_start_check = 0.0
         try:
             while True:
                 now = time.monotonic()
                 changed = False
+                quiet = START_CHECK_EVERY if progress.starting(now, after=0.0) else 60.0
                 try:
-                    status, pods = await asyncio.wait_for(updates.get(), progress.next_wakeup(now, 60.0))
+                    status, pods = await asyncio.wait_for(updates.get(), progress.next_wakeup(now, quiet))
                     batch = [(status, pods)]
                     while not updates.empty():
                         batch.append(updates.get_nowait())
@@ -102,6 +104,11 @@ class DLCJobTrigger(BaseTrigger):
                     if line := progress.heartbeat(now):
                         self.log.info("%s", line)
                         changed = True  # a long quiet wait: show the job's latest logs and Events too
+                if progress.starting(now) and now - last_start_check >= START_CHECK_EVERY:
+                    last_start_check = now
+                    why = await asyncio.to_thread(why_not_started, runner, ref, self.log)
+                    for line in progress.cannot_start(why, now):
+                        self.log.warning("%s", line)
                 verdict = progress.verdict(now)
                 if self.stream_logs and (changed or verdict):
                     await asyncio.to_thread(cursor.emit, runner, ref, self.log, pods or None)

@@ -20,6 +20,9 @@ from dlc_airflow.status import JobStatus
 
 LOG_EVERY = 2.0  # seconds between log fetches while a job runs (sync waits)
 EVENTS_EVERY = 5.0
+# While a job has no replica running, ask this often whether its pods cannot be created
+# (FailedCreate: nothing else reports it; the job just stays pending).
+START_CHECK_EVERY = 10.0
 # Logs of at most this many replicas go to the task log (rank 0 first; failed pods always):
 # 64 interleaved worker logs help nobody and cost a request each.
 LOG_REPLICAS = 4
@@ -58,6 +61,17 @@ class LogCursor:
         return count
 
 
+def why_not_started(runner: JobRunner, ref: JobRef, log: logging.Logger | Any) -> str:
+    """The controller's reason the job's pods cannot be created, from its events ('' if none)."""
+    from dlc_airflow.backends.base import failed_create
+
+    try:
+        return failed_create(runner.events(ref))
+    except Exception as exc:  # noqa: BLE001 - the wait goes on; the timeouts still apply
+        log.debug("could not read events of %s: %s", ref.name, exc)
+        return ""
+
+
 def log_pods(pods: list[dict] | None) -> list[dict] | None:
     """The pods whose logs are streamed: the first LOG_REPLICAS by replica, and failed ones."""
     if not pods:
@@ -94,7 +108,7 @@ def wait_sync(runner: JobRunner, ref: JobRef, log: logging.Logger | Any, *, queu
     follower = runner.follow(ref)
     follower.start(on_status)
     pods: list[dict] = []
-    last_logs = last_events = 0.0
+    last_logs = last_events = last_start_check = 0.0
     try:
         while True:
             now = time.monotonic()
@@ -110,6 +124,10 @@ def wait_sync(runner: JobRunner, ref: JobRef, log: logging.Logger | Any, *, queu
                     changed = True
             if not batch and (line := progress.heartbeat(now)):
                 log.info("%s", line)
+            if progress.starting(now) and now - last_start_check >= START_CHECK_EVERY:
+                last_start_check = now
+                for line in progress.cannot_start(why_not_started(runner, ref, log), now):
+                    log.warning("%s", line)
             verdict = progress.verdict(now)
             if stream_logs and (changed or verdict or now - last_logs >= LOG_EVERY):
                 with_events = changed or verdict is not None or now - last_events >= EVENTS_EVERY

@@ -296,11 +296,49 @@ def pod_role_counts(pods: list[dict] | None) -> dict[str, RoleCounts]:
     return counts
 
 
+# Container waiting reasons of a pod that cannot start its containers (the kubelet retries
+# them, but nothing changes without a fix: a wrong image, a missing Secret or ConfigMap key).
+CANNOT_START_WAITING = frozenset({
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+    "CreateContainerConfigError", "CreateContainerError",
+})
+
+
+def cannot_start(pods: list[dict] | None) -> str:
+    """'pod P container C: ImagePullBackOff: <the kubelet's message>' of the first pod whose
+    containers cannot start; '' if none."""
+    for pod in sorted(pods or [], key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        status = pod.get("status") or {}
+        if status.get("phase", "Pending") != "Pending":
+            continue
+        for key in ("initContainerStatuses", "containerStatuses"):
+            for cs in status.get(key) or []:
+                waiting = (cs.get("state") or {}).get("waiting") or {}
+                if waiting.get("reason") in CANNOT_START_WAITING:
+                    text = f"pod {(pod.get('metadata') or {}).get('name', '?')} container {cs.get('name', '?')}: {waiting['reason']}"
+                    return f"{text}: {waiting['message'].strip()}" if waiting.get("message") else text
+    return ""
+
+
+def failed_create(events: list[dict]) -> str:
+    """The newest FailedCreate (the controller could not create a pod: a missing
+    ServiceAccount, Pod Security, a quota) among `events`, as '<kind> <name>: <message>'."""
+    found = [e for e in events if e.get("reason") == "FailedCreate"]
+    if not found:
+        return ""
+    newest = max(found, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    obj = newest.get("involvedObject") or {}
+    return f"{obj.get('kind', '?')} {obj.get('name', '?')}: {(newest.get('message') or '').strip()}"
+
+
 def apply_pods(status: JobStatus, pods: list[dict] | None) -> JobStatus:
     """Refine a status with what the pods say.
 
     - a live job with a pod the scheduler cannot place is QUEUED, reason Unschedulable, with
       the scheduler's message verbatim (the waiting side fails it after its queue timeout);
+    - a live job with a pod whose containers cannot start (image pull, config error) is
+      QUEUED, reason CannotStart, with the kubelet's message (failed after queue_timeout, or
+      a default when none is set: progress.CANNOT_START_TIMEOUT);
     - a failed job's message gains the failing container's exit code and reason.
     """
     if not pods:
@@ -310,6 +348,10 @@ def apply_pods(status: JobStatus, pods: list[dict] | None) -> JobStatus:
         if found:
             return status.model_copy(
                 update={"state": JobState.QUEUED, "reason": reasons.UNSCHEDULABLE, "message": found[1]}
+            )
+        if blocked := cannot_start(pods):
+            return status.model_copy(
+                update={"state": JobState.QUEUED, "reason": reasons.CANNOT_START, "message": blocked}
             )
     if status.state is JobState.FAILED:
         detail = pod_failure(pods)

@@ -166,7 +166,9 @@ class SharedWatch:
                 fresh.setdefault(job, {})[obj["metadata"]["name"]] = obj
         changed: list[str] = []
         with self._lock:
-            for job in set(self._objects) | set(fresh):
+            # subscribed jobs too: a job with no object of this kind yet (no pod could be
+            # created) must still hear "none", or its waiter never gets a first status
+            for job in set(self._objects) | set(fresh) | set(self._subscribers):
                 before = self._objects.get(job, JobObjects())
                 live = fresh.get(job, {})
                 gone = {n: o for n, o in before.live.items() if n not in live}

@@ -592,3 +592,20 @@ def test_exhausted_restarts_have_the_same_reason_on_every_backend():
     assert {b: (s.state, s.reason) for b, s in exhausted.items()} == \
         {b: (JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED) for b in exhausted}
     assert all(s.message for s in exhausted.values())  # the controller's own words stay
+
+
+
+@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "InvalidImageName"])
+def test_native_containers_that_cannot_start_make_the_job_queued_cannot_start(reason):
+    """The kubelet retries these for ever; the waiting side fails the job after queue_timeout
+    (or the default for jobs that cannot start) with the kubelet's message."""
+    from dlc_airflow import reasons
+
+    job = batch_job("worker", 2, {"active": 2, "startTime": T1})
+    waiting = pod(f"{NAME}-worker-0", "worker", phase="Pending")
+    waiting["spec"] = {"nodeName": "cpu-0"}
+    waiting["status"]["containerStatuses"] = [{"name": "main", "state": {"waiting": {
+        "reason": reason, "message": 'Back-off pulling image "registry.local/nope:1"'}}}]
+    s = native.status([job], [waiting, pod(f"{NAME}-worker-1", "worker")])
+    assert s.state is JobState.QUEUED and s.reason == reasons.CANNOT_START
+    assert s.message == f'pod {NAME}-worker-0 container main: {reason}: Back-off pulling image "registry.local/nope:1"'

@@ -67,3 +67,38 @@ def test_heartbeat_on_long_quiet_waits_and_next_wakeup():
     p.heartbeat(990.0)
     assert abs(p.next_wakeup(998.0, default=5.0) - 2.0) < 1e-9  # the timeout is due first
     assert p.next_wakeup(1100.0, default=5.0) == 0.05  # overdue: wake at once
+
+
+def test_a_job_that_cannot_start_fails_after_queue_timeout_with_the_controllers_reason():
+    p = Progress("job-1", now=0.0, queue_timeout=30)
+    p.update(status("PENDING"), 0.0)
+    assert not p.starting(4.0) and p.starting(5.0)  # a moment before asking why
+    why = 'Job job-1-worker: pods "job-1-worker-0-x" is forbidden: serviceaccount "nope" not found'
+    assert p.cannot_start(why, 6.0) == [f"job job-1: cannot start: {why}"]
+    assert p.cannot_start(why, 7.0) == []  # said once
+    assert p.verdict(29.0) is None
+    verdict = p.verdict(30.0)
+    assert verdict.kind == "queue_timeout" and "could not start within queue_timeout (30s)" in verdict.message
+    assert why in verdict.message
+
+
+def test_a_job_that_cannot_start_has_a_default_limit_and_running_clears_it():
+    from dlc_airflow.progress import CANNOT_START_TIMEOUT
+
+    p = Progress("job-1", now=0.0)  # no queue_timeout
+    p.update(status("PENDING"), 0.0)
+    assert p.queue_limit() is None and p.verdict(10_000.0) is None  # queued for capacity: no limit
+    p.cannot_start("Job job-1-worker: quota exceeded", 10_000.0)
+    assert p.queue_limit() == CANNOT_START_TIMEOUT
+    assert "the default for jobs that cannot start" in p.verdict(10_000.0).message  # queued since 0
+    p.update(status("RUNNING", active=2), 10_001.0)
+    assert p.blocked == "" and p.queue_limit() is None and p.verdict(20_000.0) is None
+
+
+def test_image_pull_errors_make_a_job_queued_cannot_start():
+    from dlc_airflow.progress import CANNOT_START_TIMEOUT
+
+    p = Progress("job-1", now=0.0)
+    p.update(status("QUEUED", reason="CannotStart", message="pod p container main: ImagePullBackOff: x"), 1.0)
+    assert p.queue_limit() == CANNOT_START_TIMEOUT
+    assert p.verdict(CANNOT_START_TIMEOUT).message.endswith("ImagePullBackOff: x")

@@ -1,0 +1,103 @@
+"""Safe by default on a shared Airflow (issue 9), through real Airflow (dag.test): the
+admin's policy refuses before anything is created, on the local backend and on the real
+control plane (restricted identity); jobs whose pods can never be created fail within
+queue_timeout with the API server's own message and are stopped."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+
+import pytest
+
+from dlc_airflow.k8s.kinds import JOB
+from dlc_airflow.naming import MANAGED_BY
+from tests.airflow.conftest import restricted_kubeconfig
+from tests.airflow.test_operator_dagtest import training_job, wait_until
+
+
+def managed(kube, kind=JOB):
+    return kube.list(kind, labels={MANAGED_BY: "dlc-airflow"})[0]
+
+
+@pytest.fixture
+def policed_conn(cluster, namespace, tmp_path, monkeypatch, airflow_db):
+    """A connection to the test namespace (restricted identity) whose admin set a policy."""
+    def make(policy: dict) -> str:
+        conn_id = f"dlc_{uuid.uuid4().hex[:8]}"
+        kubeconfig = restricted_kubeconfig(cluster, namespace, tmp_path / f"{conn_id}.json")
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kubernetes", "extra": {
+            "kube_config_path": str(kubeconfig), "namespace": namespace, "dlc_policy": policy}}))
+        return conn_id
+    return make
+
+
+HOST_ROOT = {"type": "host_path", "path": "/", "mount_path": "/host"}
+
+
+@pytest.mark.airflow
+def test_the_default_policy_refuses_a_host_root_mount_locally(dag_files, tmp_path, capfd):
+    root = tmp_path / "jobs"
+    job = {"type": "custom", "image": "local", "roles": {"main": 1}, "storage": [HOST_ROOT],
+           "command": [sys.executable, "-c", "print('should never run')"]}
+    dag = dag_files.operator_dag(backend="local", job=job, deferrable=False, local_root=str(root))
+    ti = dag.test().get_task_instance("train")
+    assert ti.state == "failed"
+    text = "".join(capfd.readouterr())
+    assert "storage[0].path: host path '/'" in text and "dlc_policy.host_paths" in text
+    assert "should never run" not in text
+    assert not root.exists() or not any(p for p in root.iterdir() if not p.name.startswith("."))
+
+
+@pytest.mark.parametrize("overrides,named", [
+    ({"storage": [HOST_ROOT]}, "storage[0].path: host path '/'"),
+    ({"scheduling": {"service_account": "cluster-admin"}}, "scheduling.service_account"),
+    ({"image": "evil.example.com/miner:1"}, "image: image 'evil.example.com/miner:1'"),
+])
+def test_the_connections_policy_refuses_before_anything_is_created(kube, policed_conn, dag_files, capfd,
+                                                                   overrides, named):
+    conn_id = policed_conn({"registries": ["registry.local/"]})
+    job = training_job(**overrides)
+    dag = dag_files.operator_dag(conn_id=conn_id, backend="native", job=job.to_dict(), deferrable=False)
+    ti = dag.test().get_task_instance("train")
+    assert ti.state == "failed"
+    text = "".join(capfd.readouterr())
+    assert named in text and f"connection {conn_id!r} extra dlc_policy" in text
+    assert managed(kube) == []
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_a_missing_service_account_fails_within_queue_timeout_with_the_servers_message(
+        kube, policed_conn, dag_files, capfd, deferrable):
+    """The Job controller cannot create the pods (FailedCreate): nothing else reports it."""
+    conn_id = policed_conn({"service_accounts": ["nope"]})  # allowed, but it does not exist
+    job = training_job("2s", scheduling={"service_account": "nope"})
+    dag = dag_files.operator_dag(conn_id=conn_id, backend="native", job=job.to_dict(), deferrable=deferrable,
+                                 queue_timeout=15)
+    ti = dag.test().get_task_instance("train")
+    assert ti.state == "failed"
+    text = "".join(capfd.readouterr())
+    assert "could not start within queue_timeout (15s)" in text
+    assert 'serviceaccount "nope" not found' in text
+    wait_until(lambda: managed(kube) == [], "the job to be stopped")
+
+
+def test_pod_security_refusing_a_host_path_fails_with_the_servers_message(
+        kube, admin, namespace, policed_conn, dag_files, capfd):
+    """The admin allows a read-only host path, but the namespace enforces Pod Security
+    `baseline`, which refuses hostPath volumes: the pods are never created."""
+    from dlc_airflow.k8s.kinds import ResourceKind
+
+    admin.patch(ResourceKind("v1", "Namespace", "namespaces", namespaced=False), namespace,
+                {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
+    conn_id = policed_conn({"host_paths": [{"prefix": "/mnt/datasets"}]})
+    job = training_job("2s", storage=[{"type": "host_path", "path": "/mnt/datasets", "mount_path": "/data",
+                                       "read_only": True}])
+    dag = dag_files.operator_dag(conn_id=conn_id, backend="native", job=job.to_dict(), deferrable=True,
+                                 queue_timeout=15)
+    ti = dag.test().get_task_instance("train")
+    assert ti.state == "failed"
+    text = "".join(capfd.readouterr())
+    assert "could not start within queue_timeout" in text and "PodSecurity" in text and "hostPath" in text
+    wait_until(lambda: managed(kube) == [], "the job to be stopped")
