@@ -186,10 +186,10 @@ def measure(cluster, jobs: int) -> dict:
 
 def worker(spec: dict) -> None:
     """One approach's triggers in one event loop; prints {job: monotonic time noticed}."""
-    from dlc_airflow.jobref import JobRef
-
     import airflow.providers.cncf.kubernetes.triggers.job  # noqa: F401 - import before "ready"
+
     import dlc_airflow.airflow.trigger  # noqa: F401
+    from dlc_airflow.jobref import JobRef
 
     print("ready", flush=True)
     refs_file = Path(spec["refs"])

@@ -7,7 +7,7 @@ trains from scratch into a checkpoint folder of its own.
 
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 # retraining/ (the job specs and code) sits beside this file; Airflow puts the dags folder on
 # sys.path, a DagBag over another folder does not.
@@ -15,10 +15,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from retraining import digits_jobs, storage_root
-
 from airflow.sdk import DAG, task
 from dlc_airflow.operators import DLCJobOperator
+from retraining import digits_jobs, storage_root
 
 ROOT = storage_root() + "/sweep"
 LEARNING_RATES = [0.01, 0.05, 0.2]
@@ -34,7 +33,7 @@ def trial(lr: float) -> dict:
     return job
 
 
-with DAG("sweep_digits", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+with DAG("sweep_digits", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=UTC),
          tags=["dlc-airflow", "sweep"], default_args={"retries": 0}) as dag:
     pre = digits_jobs(ROOT)["preprocess"].to_dict()
     pre["env"] = {**pre.get("env", {}), **WINDOW, "DLC_OUTPUT_URI": DATA}

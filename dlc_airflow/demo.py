@@ -84,6 +84,8 @@ def _load_dag(dags: Path) -> Any:
 
     sys.path.insert(0, str(dags))
     spec = importlib.util.spec_from_file_location(DAG_ID, dags / f"{DAG_ID}.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"demo: cannot load {dags / f'{DAG_ID}.py'}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.dag

@@ -10,7 +10,6 @@ returns the Outcome the caller turns into a task result or failure.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -18,7 +17,7 @@ from typing import Any
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.progress import Verdict, VerdictKind
-from dlc_airflow.runner import JobRunner
+from dlc_airflow.runner import JobRunner, Log
 from dlc_airflow.status import JobState, JobStatus
 
 
@@ -65,7 +64,7 @@ Record = Callable[[dict[str, Any]], None]
 
 
 def finish(runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict] | None, *,
-           on_finish: OnFinish, log: logging.Logger | Any, record: Record | None = None,
+           on_finish: OnFinish, log: Log, record: Record | None = None,
            owner: bool = True) -> Outcome:
     plan = finish_plan(verdict, on_finish, owner)
     if plan.stop:

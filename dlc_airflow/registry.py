@@ -9,7 +9,7 @@ what it cannot run and what to use instead).
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from dlc_airflow.backends import BACKENDS as KUBERNETES_BACKENDS
 from dlc_airflow.backends import BackendError, get_backend
@@ -21,14 +21,15 @@ LOCAL = "local"
 # name -> "module:Class" of the pure half of the backends that are not on Kubernetes
 OTHER_BACKENDS: dict[str, str] = {
     LOCAL: "dlc_airflow.local.backend:LocalBackend",
+    "pai": "dlc_airflow.pai.backend:PaiBackend",
 }
 
 ALL_BACKENDS: tuple[str, ...] = (*KUBERNETES_BACKENDS, *OTHER_BACKENDS)
 
 
 class PureBackend(Protocol):
-    name: str
-    job_types: frozenset[JobType]
+    name: ClassVar[str]
+    job_types: ClassVar[frozenset[JobType]]
 
     def check(self, job: DLCJob) -> None: ...
 

@@ -21,6 +21,20 @@ OnStatus = Callable[[JobStatus, list[dict]], None]
 LogLines = list[tuple[str, str]]  # (replica, line)
 
 
+class Log(Protocol):
+    """What the library logs through: a logging.Logger, or Airflow's task logger."""
+
+    def debug(self, msg: Any, /, *args: Any) -> Any: ...
+
+    def info(self, msg: Any, /, *args: Any) -> Any: ...
+
+    def warning(self, msg: Any, /, *args: Any) -> Any: ...
+
+    def error(self, msg: Any, /, *args: Any) -> Any: ...
+
+    def log(self, level: int, msg: Any, /, *args: Any) -> Any: ...
+
+
 class SubmitError(Exception):
     """The job could not be submitted; nothing of it is left behind.
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.naming import TaskIdentity, job_name
-from dlc_airflow.runner import JobRunner
+from dlc_airflow.runner import JobRunner, Log
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus
 
@@ -45,7 +45,7 @@ class Submission:
 
 def submit_or_adopt(runner: JobRunner, job: DLCJob, identity: TaskIdentity, *, base_name: str,
                     reuse_succeeded: bool = True, recorded: dict[str, Any] | None = None,
-                    log: logging.Logger | None = None) -> Submission:
+                    log: Log | None = None) -> Submission:
     """See the module docstring. `recorded` is the task state store's entry for the job
     ({JobRef fields, "state", "result"?}); SubmitError / OwnershipError propagate."""
     log = log or logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def submit_or_adopt(runner: JobRunner, job: DLCJob, identity: TaskIdentity, *, b
     return Submission(Action.SUBMITTED if created else Action.ADOPTED, ref, runner.status(ref))
 
 
-def _claim(runner: JobRunner, ref: JobRef, identity: TaskIdentity, log: logging.Logger) -> None:
+def _claim(runner: JobRunner, ref: JobRef, identity: TaskIdentity, log: Log) -> None:
     try:
         runner.claim(ref, identity.try_number)
     except Exception as exc:  # noqa: BLE001 - the job runs fine without; say what is at stake
@@ -86,7 +86,7 @@ def _claim(runner: JobRunner, ref: JobRef, identity: TaskIdentity, log: logging.
                     "now could stop it", ref.name, identity.try_number, exc)
 
 
-def stop_if_owner(runner: JobRunner, ref: JobRef, try_number: int, log: logging.Logger | None = None) -> bool:
+def stop_if_owner(runner: JobRunner, ref: JobRef, try_number: int, log: Log | None = None) -> bool:
     """Stop the job unless a newer try has adopted it (a superseded try must not stop its
     successor's job); True if it was stopped."""
     log = log or logging.getLogger(__name__)

@@ -14,7 +14,7 @@ for `code=` (a git checkout) and the storage root for s3:// with `mount_path`.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dlc_airflow.spec import DLCJob
@@ -22,7 +22,7 @@ from dlc_airflow.spec import DLCJob
 CODE = Path(__file__).resolve().parent
 CODE_MOUNT = "/workspace/retraining"
 IMAGE = os.environ.get("DLC_RUNTIME_IMAGE", "dlc-airflow/runtime:dev")
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def storage_root() -> str:

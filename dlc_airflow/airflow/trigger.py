@@ -24,6 +24,7 @@ from dlc_airflow.jobref import JobRef
 from dlc_airflow.local.jobrunner import LOCAL
 from dlc_airflow.progress import Progress
 from dlc_airflow.runner import JobRunner
+from dlc_airflow.status import JobStatus
 
 
 class DLCJobTrigger(BaseTrigger):
@@ -81,7 +82,11 @@ class DLCJobTrigger(BaseTrigger):
         loop = asyncio.get_running_loop()
         updates: asyncio.Queue = asyncio.Queue()
         follower = runner.follow(ref)
-        await asyncio.to_thread(follower.start, lambda s, p: loop.call_soon_threadsafe(updates.put_nowait, (s, p)))
+
+        def on_status(status: JobStatus, pods: list[dict]) -> None:  # in the follower's thread
+            loop.call_soon_threadsafe(updates.put_nowait, (status, pods))
+
+        await asyncio.to_thread(follower.start, on_status)
         self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.namespace)
         pods: list[dict] = []
         last_start_check = 0.0
@@ -101,8 +106,8 @@ class DLCJobTrigger(BaseTrigger):
                             self.log.info("%s", line)
                             changed = True
                 except TimeoutError:
-                    if line := progress.heartbeat(now):
-                        self.log.info("%s", line)
+                    if beat := progress.heartbeat(now):
+                        self.log.info("%s", beat)
                         changed = True  # a long quiet wait: show the job's latest logs and Events too
                 if progress.starting(now) and now - last_start_check >= START_CHECK_EVERY:
                     last_start_check = now

@@ -15,7 +15,7 @@ from typing import Any
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.progress import Progress, Verdict
-from dlc_airflow.runner import JobRunner
+from dlc_airflow.runner import JobRunner, Log
 from dlc_airflow.status import JobStatus
 
 LOG_EVERY = 2.0  # seconds between log fetches while a job runs (sync waits)
@@ -35,7 +35,7 @@ class LogCursor:
     positions: dict[str, Any] = field(default_factory=dict)
     seen_events: set[str] = field(default_factory=set)
 
-    def emit(self, runner: JobRunner, ref: JobRef, log: logging.Logger | Any, pods: list[dict] | None,
+    def emit(self, runner: JobRunner, ref: JobRef, log: Log, pods: list[dict] | None,
              events: bool = True) -> int:
         """Log new pod log lines and Events; returns how many lines were logged."""
         count = 0
@@ -61,7 +61,7 @@ class LogCursor:
         return count
 
 
-def why_not_started(runner: JobRunner, ref: JobRef, log: logging.Logger | Any) -> str:
+def why_not_started(runner: JobRunner, ref: JobRef, log: Log) -> str:
     """The controller's reason the job's pods cannot be created, from its events ('' if none)."""
     from dlc_airflow.backends.base import failed_create
 
@@ -92,7 +92,7 @@ def _event_time(event: dict) -> str:
     return event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or ""
 
 
-def wait_sync(runner: JobRunner, ref: JobRef, log: logging.Logger | Any, *, queue_timeout: float | None,
+def wait_sync(runner: JobRunner, ref: JobRef, log: Log, *, queue_timeout: float | None,
               timeout: float | None, stream_logs: bool) -> tuple[Verdict, list[dict]]:
     """Follow the job until a verdict; logs progress (and the job's logs) on the way."""
     progress = Progress(ref.name, time.monotonic(), queue_timeout=queue_timeout, timeout=timeout)
@@ -118,12 +118,12 @@ def wait_sync(runner: JobRunner, ref: JobRef, log: logging.Logger | Any, *, queu
                 batch, updates[:] = list(updates), []
             now = time.monotonic()
             changed = False
-            for status, pods in batch:
+            for status, pods in batch:  # noqa: B007 - the newest pods are used below
                 for line in progress.update(status, now):
                     log.info("%s", line)
                     changed = True
-            if not batch and (line := progress.heartbeat(now)):
-                log.info("%s", line)
+            if not batch and (beat := progress.heartbeat(now)):
+                log.info("%s", beat)
             if progress.starting(now) and now - last_start_check >= START_CHECK_EVERY:
                 last_start_check = now
                 for line in progress.cannot_start(why_not_started(runner, ref, log), now):

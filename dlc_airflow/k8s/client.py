@@ -661,7 +661,7 @@ def kubeconfig_namespace(path: str | None, context: str | None) -> str:
 
     try:
         contexts, current = config.list_kube_config_contexts(config_file=path or _default_kubeconfig())
-    except Exception:  # no namespace in an unreadable kubeconfig: use the default
+    except Exception:  # noqa: BLE001 - no namespace in an unreadable kubeconfig: use the default
         return "default"
     chosen = next((c for c in contexts if c["name"] == context), current) if context else current
     return (chosen or {}).get("context", {}).get("namespace") or "default"

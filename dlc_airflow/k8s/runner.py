@@ -18,10 +18,17 @@ from typing import Any
 from dlc_airflow.backends.base import Backend
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError
-from dlc_airflow.k8s.kinds import EVENT, POD, ResourceKind, kind_of
+from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, ResourceKind, kind_of
 from dlc_airflow.k8s.waiter import JobWaiter
 from dlc_airflow.naming import (
-    LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE, LABEL_TASK_KEY, LABEL_TRY, PREFIX, TaskIdentity, task_labels,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_ROLE,
+    LABEL_TASK_KEY,
+    LABEL_TRY,
+    PREFIX,
+    TaskIdentity,
+    task_labels,
 )
 from dlc_airflow.runner import OwnershipError, SubmitError
 from dlc_airflow.spec import DLCJob
@@ -62,19 +69,24 @@ class KubeRunner:
 
     def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
         """Create the job's objects, or complete and adopt them; returns (ref, created anything)."""
+        from dlc_airflow.secrets import fill_job_secret
+
         objects = self.backend.render(job, name, identity, attempt)
+        # the job's own Secret gets its values now: a missing variable fails before any create
+        objects, _ = fill_job_secret(objects, job, name)
         ref = self.ref(job, name, attempt)
         created: list[dict] = []
         owner: dict | None = None
+        fresh_primary = False
         try:
             for index, obj in enumerate(objects):
                 if owner is not None:
                     obj = _owned_by(obj, owner)
-                result, made = self._create_or_adopt(obj, identity)
+                result, made = self._create_or_adopt(obj, identity, fresh_owner=index > 0 and fresh_primary)
                 if made:
-                    created.append(result)
+                    created.append(_without_values(result))
                 if index == 0:
-                    owner = result
+                    owner, fresh_primary = result, made
         except (AuthError, KubeConfigError):
             self._roll_back(created)
             raise  # their message names the identity, verb and resource already
@@ -90,12 +102,15 @@ class KubeRunner:
         uid = (owner or {}).get("metadata", {}).get("uid", "")
         return replace(ref, uid=uid), bool(created)
 
-    def _create_or_adopt(self, obj: dict, identity: TaskIdentity | None) -> tuple[dict, bool]:
+    def _create_or_adopt(self, obj: dict, identity: TaskIdentity | None,
+                         fresh_owner: bool = False) -> tuple[dict, bool]:
         kind = kind_of(obj)
         name = obj["metadata"]["name"]
         try:
             return self.client.create(obj, self.namespace), True
         except Conflict:
+            if kind == SECRET:
+                return self._adopt_secret(obj, fresh_owner)
             existing = self.client.get(kind, name, self.namespace)
             if existing is None:  # deleted in between: create again
                 return self.client.create(obj, self.namespace), True
@@ -108,6 +123,20 @@ class KubeRunner:
                 ) from None
             log.info("adopting existing %s %s", kind.kind, name)
             return existing, False
+
+    def _adopt_secret(self, obj: dict, fresh_owner: bool) -> tuple[dict, bool]:
+        """The job's own Secret exists. It is not read back: the Role may not get Secrets (see
+        k8s/rbac/role.yaml). Its name derives from the primary's, whose task key was checked:
+        under an adopted primary it is the one that primary's pods run with, kept as it is;
+        under a primary made just now (the rollback deletes ours) it is someone else's."""
+        name = obj["metadata"]["name"]
+        if fresh_owner:
+            raise OwnershipError(
+                f"Secret {name} already exists in namespace {self.namespace} and is not this job's (the job's own "
+                "Secret is made with it): delete that Secret or rename the job"
+            )
+        log.info("adopting existing Secret %s (not read back)", name)
+        return _without_values(obj), False
 
     def _roll_back(self, created: list[dict]) -> None:
         for obj in reversed(created):
@@ -239,6 +268,13 @@ class KubeRunner:
             for obj in items:
                 deleted += self.client.delete(kind, obj["metadata"]["name"], ref.namespace)
         return deleted
+
+
+def _without_values(obj: dict) -> dict:
+    """A Secret without its values (what is kept of it in memory); other objects as they are."""
+    if obj.get("kind") != "Secret":
+        return obj
+    return {k: v for k, v in obj.items() if k not in ("data", "stringData")}
 
 
 def _owned_by(obj: dict, owner: dict) -> dict:

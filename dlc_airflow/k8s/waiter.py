@@ -15,7 +15,7 @@ from dlc_airflow import reasons
 from dlc_airflow.backends.base import Backend
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import KubeClient
-from dlc_airflow.k8s.kinds import POD
+from dlc_airflow.k8s.kinds import POD, ResourceKind
 from dlc_airflow.k8s.watch import REGISTRY, JobObjects, SharedWatch, WatchRegistry
 from dlc_airflow.naming import LABEL_JOB
 from dlc_airflow.runner import OnStatus
@@ -39,9 +39,12 @@ class JobWaiter:
 
     def start(self, on_status: OnStatus) -> None:
         self._on_status = on_status
-        for key, target in zip(self._keys, ("_objects", "_pods")):
-            watch = self.registry.get(key, lambda k=key: SharedWatch(self.client, k[1], k[2]))
+        for key, target in zip(self._keys, ("_objects", "_pods"), strict=True):
+            watch = self.registry.get(key, self._watch_factory(key))
             self._unsubscribe.append(watch.subscribe(self.ref.name, self._receiver(target)))
+
+    def _watch_factory(self, key: tuple[str, str, ResourceKind]) -> Callable[[], SharedWatch]:
+        return lambda: SharedWatch(self.client, key[1], key[2])
 
     def close(self) -> None:
         for unsubscribe in self._unsubscribe:

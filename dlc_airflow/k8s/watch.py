@@ -148,7 +148,7 @@ class SharedWatch:
                 log.warning("watch %s/%s: %s; resuming from resourceVersion %s in %.1fs",
                             self.namespace, self.kind.plural, exc, rv, delay)
                 self._stop.wait(delay)
-            except Exception as exc:  # noqa: BLE001 - keep serving waiters whatever happens
+            except Exception as exc:
                 self.stats.errors += 1
                 failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
@@ -217,7 +217,7 @@ class SharedWatch:
         for callback in subs:
             try:
                 callback(snapshot)
-            except Exception:  # noqa: BLE001 - one waiter's bug must not stop the others
+            except Exception:
                 log.exception("watch callback for %s failed", job)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dlc_airflow.local.runner import LocalJobError, LocalRunner, default_root
 
-__all__ = ["LocalRunner", "LocalJobError", "default_root"]
+__all__ = ["LocalJobError", "LocalRunner", "default_root"]
 
 
 def __getattr__(name: str) -> Any:

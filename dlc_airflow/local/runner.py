@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from dlc_airflow.runner import OwnershipError
 from dlc_airflow.spec import DLCJob, parse_job
 from dlc_airflow.status import JobState, JobStatus
 
-__all__ = ["LocalRunner", "LocalJobError", "default_root"]
+__all__ = ["LocalJobError", "LocalRunner", "default_root"]
 
 # A job folder whose supervisor never announced itself is given up after this long.
 SUPERVISOR_START_TIMEOUT = 30.0
@@ -65,7 +65,7 @@ def default_root() -> Path:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class LocalRunner:
@@ -162,7 +162,7 @@ class LocalRunner:
         if labels is None:
             return None
         claim = layout.read_json(jobdir / CLAIM, {}) or {}
-        tries = [int(v) for v in (labels.get(LABEL_TRY), claim.get("try")) if str(v or "").isdigit()]
+        tries = [int(str(v)) for v in (labels.get(LABEL_TRY), claim.get("try")) if str(v or "").isdigit()]
         return max(tries) if tries else None
 
     def _start_supervisor(self, name: str, jobdir: Path) -> bool:
@@ -295,8 +295,8 @@ class LocalRunner:
             return
         layout.write_json(jobdir / layout.STOP, {"reason": reason, "grace": self.grace_seconds})
         identity = layout.read_json(jobdir / layout.SUPERVISOR, None) or {}
-        pid, started = identity.get("pid"), identity.get("start")
-        if procs.alive(pid, started):
+        pid, started = int(identity.get("pid") or 0), identity.get("start")
+        if pid and procs.alive(pid, started):
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:

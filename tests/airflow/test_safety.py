@@ -101,3 +101,17 @@ def test_pod_security_refusing_a_host_path_fails_with_the_servers_message(
     text = "".join(capfd.readouterr())
     assert "could not start within queue_timeout" in text and "PodSecurity" in text and "hostPath" in text
     wait_until(lambda: managed(kube) == [], "the job to be stopped")
+
+
+def test_an_image_that_cannot_be_pulled_fails_within_queue_timeout_with_the_kubelets_message(
+        kube, k8s_conn, dag_files, capfd):
+    """kwok stands in for the kubelet (k8s/cluster/pod-stages.yaml: pod-image-pull-failed)."""
+    job = training_job("2s", labels={"pod-image-pull-failed.stage.kwok.x-k8s.io": "true"})
+    dag = dag_files.operator_dag(conn_id=k8s_conn, backend="native", job=job.to_dict(), deferrable=True,
+                                 queue_timeout=10)
+    ti = dag.test().get_task_instance("train")
+    assert ti.state == "failed"
+    text = "".join(capfd.readouterr())
+    assert "could not start within queue_timeout (10s)" in text and "ErrImagePull" in text
+    assert 'failed to pull and unpack image "registry.local/train:1": not found' in text
+    wait_until(lambda: managed(kube) == [], "the job to be stopped")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import signal
 import time
-import uuid
 import urllib.request
+import uuid
 
 import psutil
 import pytest

@@ -6,7 +6,8 @@ Test helper, not a test module.
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.runner import KubeRunner

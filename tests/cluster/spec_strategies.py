@@ -11,7 +11,7 @@ Test helper, not a test module.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from hypothesis import strategies as st
 
@@ -44,6 +44,9 @@ text = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=30)
 path_segment = word(ALNUM + "_", ALNUM + "-_.", 10)
 abs_path = st.lists(path_segment, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
 rel_path = st.lists(path_segment, min_size=1, max_size=3).map("/".join)
+# a branch, tag or commit as git check-ref-format takes it (no shell metacharacters)
+git_ref = st.lists(word(ALNUM + "_", ALNUM + "-_.", 12, "."), min_size=1, max_size=3).map("/".join).filter(
+    lambda r: ".." not in r and not r.endswith(".lock"))
 image = st.builds(lambda host, repo, tag: f"{host}/{repo}:{tag}", dns_subdomain,
                   st.lists(dns_label, min_size=1, max_size=3).map("/".join),
                   word(ALNUM + "_", ALNUM + "_.-", 15))
@@ -223,7 +226,7 @@ def valid_specs(draw, loose: bool = False) -> dict:
         code_path = draw(abs_path.filter(lambda p: p not in RESERVED_PATHS))
         taken.add(code_path)
         repo = st.builds(lambda h, r: f"https://{h}/{r}.git", dns_subdomain, dns_label)
-        spec["code"] = {"repo": either(draw, repo, loose), "revision": draw(text.filter(bool)),
+        spec["code"] = {"repo": either(draw, repo, loose), "revision": either(draw, git_ref, loose),
                         "mount_path": code_path}
         if draw(st.booleans()):
             spec["code"]["secret_name"] = draw(dns_subdomain)
@@ -505,4 +508,4 @@ MISTAKES: list[Mistake] = [
 ]
 
 
-__all__ = ["valid_specs", "task_names", "MISTAKES"]
+__all__ = ["MISTAKES", "task_names", "valid_specs"]

@@ -181,7 +181,7 @@ def missing_fields(sent, stored, path: str = "") -> list[str]:
     if isinstance(sent, list):
         if not isinstance(stored, list) or len(sent) != len(stored):
             return [path]
-        return [p for i, (a, b) in enumerate(zip(sent, stored)) for p in missing_fields(a, b, f"{path}[{i}]")]
+        return [p for i, (a, b) in enumerate(zip(sent, stored, strict=False)) for p in missing_fields(a, b, f"{path}[{i}]")]
     return [] if sent == stored else [f"{path}: sent {sent!r}, stored {stored!r}"]
 
 

@@ -38,9 +38,9 @@ SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_b
 @pytest.fixture(scope="module")
 def restricted(cluster, admin):
     """One namespace for every example (dry-run creates nothing)."""
-    from tests.cluster.polling import wait_for
     from dlc_airflow.k8s.client import Forbidden
     from dlc_airflow.k8s.kinds import JOBSET
+    from tests.cluster.polling import wait_for
 
     ns = create_test_namespace(admin, prefix="hyp")
     client = cluster.restricted(ns)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,9 @@ dag = retraining_dag(
 
 
 def key(day: str) -> str:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
-    start = datetime.fromisoformat(day).replace(tzinfo=timezone.utc)
+    start = datetime.fromisoformat(day).replace(tzinfo=UTC)
     return Interval(start, start + timedelta(days=1)).key
 
 
@@ -104,11 +105,11 @@ def test_backfill_trains_in_order_blocks_on_failure_and_reruns_resume_from_their
     assert [doc["intervals"][k]["resumed_from"] for k in keys] == [None, keys[0], keys[1], keys[2]]
     third = doc["intervals"][keys[2]]
     assert third["attempt"] == 2 and third["previous"][0]["status"] == "failed"
-    for earlier, later in zip(keys, keys[1:]):  # each resumed from exactly its predecessor's checkpoint
+    for earlier, later in zip(keys, keys[1:], strict=False):  # each resumed from exactly its predecessor's checkpoint
         assert doc["intervals"][later]["resume_checkpoint"] == doc["intervals"][earlier]["checkpoint"]
     chain = chain_of(doc["intervals"][keys[3]])
     assert [c["interval"] for c in chain] == keys
-    for a, b in zip(chain, chain[1:]):  # never two trainings of the lineage at once
+    for a, b in zip(chain, chain[1:], strict=False):  # never two trainings of the lineage at once
         assert a["ended"] <= b["began"], (a, b)
     assert doc["promoted"]["interval"] == keys[3]
 

@@ -5,7 +5,7 @@ promoted one, or is skipped when there is none; the lineage continues regardless
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from tests.pipelines import fakejobs
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DAG = '''
 from datetime import datetime, timezone
 from dlc_airflow.pipelines import Gate, retraining_dag

@@ -11,7 +11,7 @@ Everything else - Airflow, the API server, the Job controller, our lineage manif
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
 MESSAGE = "pod-complete.stage.kwok.x-k8s.io/message"
 IMAGE = "dlc-airflow/runtime:dev"
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 DAG = '''
 import json

@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AirflowStack", "ALL_COMPONENTS", "StackError"]
+__all__ = ["ALL_COMPONENTS", "AirflowStack", "StackError"]
 
 ALL_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -171,7 +171,7 @@ class AirflowStack:
                 except ProcessLookupError:
                     pass
         deadline = time.monotonic() + grace
-        for name, proc in list(self.procs.items()):
+        for proc in list(self.procs.values()):
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

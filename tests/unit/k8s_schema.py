@@ -39,7 +39,7 @@ def crd_path(rel: str) -> Path:
     raise FileNotFoundError(rel)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def crd_schema(api_version: str, kind: str) -> dict:
     doc = yaml.load(crd_path(CRD_FILES[(api_version, kind)]).read_text(), Loader=yaml.CSafeLoader)
     version = api_version.rpartition("/")[2]

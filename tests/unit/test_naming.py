@@ -31,7 +31,7 @@ identities = st.builds(
     try_number=st.integers(min_value=1, max_value=50),
 )
 attempts = st.integers(min_value=1, max_value=999)
-roles = st.from_regex(r"[a-z]([-a-z0-9]{0,%d}[a-z0-9])?" % (MAX_ROLE_NAME - 2), fullmatch=True)
+roles = st.from_regex(rf"[a-z]([-a-z0-9]{{0,{MAX_ROLE_NAME - 2}}}[a-z0-9])?", fullmatch=True)
 
 
 @settings(max_examples=300)

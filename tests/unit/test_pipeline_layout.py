@@ -4,7 +4,7 @@ timetables and the runtime side (dlc_airflow.runtime.pipeline)."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import jinja2
 import pendulum
@@ -50,7 +50,7 @@ def test_store_round_trips_through_object_storage(tmp_path):
 
     store = ManifestStore(f"file://{tmp_path}/root/digits/lineage.json", "digits")
     assert store.load() == lin.empty_manifest("digits")  # nothing yet: an empty lineage
-    interval = lin.Interval(datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 2, tzinfo=timezone.utc))
+    interval = lin.Interval(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC))
     store.update(lambda m: lin.begin_attempt(m, interval, run_id="r", predecessor=None))
     on_disk = json.loads((tmp_path / "root/digits/lineage.json").read_text())
     assert on_disk["intervals"][interval.key]["status"] == "running"
@@ -79,7 +79,7 @@ def test_runtime_reads_the_interval_and_maps_uris(monkeypatch, tmp_path):
     monkeypatch.setenv("DLC_STORAGE_URI", "s3://bucket/ml")
     monkeypatch.setenv("DLC_STORAGE_DIR", "/mnt/ml")
     monkeypatch.setenv("DLC_DATA_URI", "s3://bucket/ml/digits/data/k")
-    assert rt.interval() == (datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 2, tzinfo=timezone.utc))
+    assert rt.interval() == (datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC))
     assert str(rt.data_dir()) == "/mnt/ml/digits/data/k"
     assert str(rt.local_path(f"file://{tmp_path}/x")) == f"{tmp_path}/x"
     with pytest.raises(RuntimeEnvError, match="not a local path"):
