@@ -4,12 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: install install-demo cluster test test-unit demo clean-cluster benchmarks
+.PHONY: install install-demo cluster lint test test-unit demo clean-cluster benchmarks
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install -e ".[airflow,test]"
+	$(PIP) install -e ".[airflow,test,pai]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -25,8 +25,13 @@ install-demo: $(VENV)/.installed-demo
 cluster:
 	scripts/k8s-local up
 
-# The test command: unit, local-backend, cluster and Airflow end-to-end tests.
-test: install-demo cluster
+# ruff (lint) and mypy (types: the library, operators, sensors); settings in pyproject.toml
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+# The test command: lint, then unit, local-backend, cluster and Airflow end-to-end tests.
+test: install-demo lint cluster
 	$(VENV)/bin/pytest -q -ra
 
 test-unit: install
