@@ -8,16 +8,29 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
+
+
+def _kubernetes_backend(name: str) -> Any:
+    """The backend `name` as the operator spells it (every backend is listed when it is
+    unknown); `render` prints Kubernetes objects, which the local backend has none of."""
+    from dlc_airflow.backends import BackendError, get_backend
+    from dlc_airflow.registry import check_backend_name, is_kubernetes
+
+    check_backend_name(name)
+    if not is_kubernetes(name):
+        raise BackendError(f"the {name} backend makes no Kubernetes objects to render: use `dlc-airflow validate "
+                           f"--backend {name}` to check the spec, or render for a Kubernetes backend")
+    return get_backend(name)
 
 
 def _render(args: argparse.Namespace) -> int:
     import yaml
 
-    from dlc_airflow.backends import get_backend
     from dlc_airflow.spec import load_job
 
     job = load_job(args.spec)
-    backend = get_backend(args.backend)
+    backend = _kubernetes_backend(args.backend)
     name = args.name or job.name or "job"
     objects = backend.render(job, name)
     yaml.safe_dump_all(objects, sys.stdout, sort_keys=False)
@@ -25,13 +38,16 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from dlc_airflow.backends import get_backend
+    from dlc_airflow.registry import check_backend_name, is_kubernetes, pure_backend
     from dlc_airflow.spec import load_job
 
     job = load_job(args.spec)
     rendered = ""
-    if args.backend:
-        backend = get_backend(args.backend)
+    if args.backend and not is_kubernetes(check_backend_name(args.backend)):
+        pure_backend(args.backend).check(job)
+        rendered = f"; the {args.backend} backend runs it"
+    elif args.backend:
+        backend = _kubernetes_backend(args.backend)
         objects = backend.render(job, job.name or "job")
         rendered = f"; {backend.name} backend renders {len(objects)} object{'s' if len(objects) != 1 else ''}"
     total = job.total_replicas()
@@ -60,13 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("render", help="print the Kubernetes objects of a job spec as YAML")
     p.add_argument("spec", help="job spec file (YAML or JSON)")
-    p.add_argument("--backend", default="native", help="native, kubeflow, trainer, jobset, ray")
+    p.add_argument("--backend", default="native", help="a Kubernetes backend: native, kubeflow, trainer, jobset, ray")
     p.add_argument("--name", help="job name (default: the spec's name)")
     p.set_defaults(func=_render)
 
     p = sub.add_parser("validate", help="check a job spec (and that a backend can render it)")
     p.add_argument("spec")
-    p.add_argument("--backend", help="also check this backend accepts the job")
+    p.add_argument("--backend", help="also check this backend accepts the job (any backend, local included)")
     p.set_defaults(func=_validate)
 
     p = sub.add_parser("schema", help="print the job spec's JSON Schema")
@@ -88,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (SpecError, BackendError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # one line on stderr whatever the message held
+        print("error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
         return 2
     except BrokenPipeError:  # `dlc-airflow render ... | head`: the reader stopped early
         sys.stdout = None

@@ -16,6 +16,7 @@ class JobType(str, Enum):
     ray = "ray"
     batch = "batch"
     custom = "custom"
+    slurm = "slurm"  # DLC's SlurmJob: the command is a batch script, run as it is
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,13 @@ JOB_TYPES: dict[JobType, TypeInfo] = {
     JobType.custom: TypeInfo(
         roles=None,
         default_roles={"worker": 1},
+    ),
+    # worker replicas = nodes allocated to the script; it runs its own srun steps
+    JobType.slurm: TypeInfo(
+        roles={"worker": None},
+        default_roles={"worker": 1},
+        required_roles=("worker",),
+        coordinator_roles=("worker",),
     ),
 }
 

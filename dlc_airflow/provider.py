@@ -16,10 +16,19 @@ def get_provider_info() -> dict:
             {
                 "hook-class-name": "dlc_airflow.airflow.hook.DLCHook",
                 "connection-type": "dlc_kubernetes",
-            }
+            },
+            {
+                "hook-class-name": "dlc_airflow.pai.hook.PaiHook",
+                "connection-type": "dlc_pai",
+            },
+            {
+                "hook-class-name": "dlc_airflow.slurm.hook.SlurmHook",
+                "connection-type": "slurm",
+            },
         ],
         "hooks": [
-            {"integration-name": "DLC jobs", "python-modules": ["dlc_airflow.airflow.hook"]},
+            {"integration-name": "DLC jobs", "python-modules": ["dlc_airflow.airflow.hook", "dlc_airflow.pai.hook"]},
+            {"integration-name": "DLC jobs", "python-modules": ["dlc_airflow.slurm.hook"]},
         ],
         "triggers": [
             {"integration-name": "DLC jobs", "python-modules": ["dlc_airflow.airflow.trigger"]},

@@ -22,6 +22,7 @@ LOCAL = "local"
 OTHER_BACKENDS: dict[str, str] = {
     LOCAL: "dlc_airflow.local.backend:LocalBackend",
     "pai": "dlc_airflow.pai.backend:PaiBackend",
+    "slurm": "dlc_airflow.slurm.backend:SlurmBackend",
 }
 
 ALL_BACKENDS: tuple[str, ...] = (*KUBERNETES_BACKENDS, *OTHER_BACKENDS)

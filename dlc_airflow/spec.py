@@ -16,7 +16,7 @@ import json
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -26,50 +26,57 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dlc_airflow import wiring
 from dlc_airflow.jobtypes import JOB_TYPES, JobType, TypeInfo
-from dlc_airflow.specfields import (  # noqa: F401 - parse_duration and is_templated are public here too
+from dlc_airflow.secrets import SOURCE_TYPES, EnvValue  # env values from secrets: see dlc_airflow.secrets
+from dlc_airflow.specfields import (  # parse_duration and is_templated are public here too
     DNS_LABEL,
     ENV_NAME,
-    QUANTITY,
     MAX_REPLICAS,
     MAX_ROLE_NAME,
     MAX_TTL_SECONDS,
-    check_quantity,
-    has_backstep,
+    QUANTITY,
     check_dns_subdomain,
+    check_git_repo,
+    check_git_revision,
+    check_image,
     check_label_key,
     check_label_like,
     check_label_value,
+    check_quantity,
+    check_scalar,
     check_toleration,
+    has_backstep,
     is_templated,
     parse_duration,
+    scalar_kind,
 )
 
 __all__ = [
-    "DLCJob",
-    "Role",
-    "Resources",
-    "Storage",
-    "PVCMount",
-    "NFSMount",
-    "HostPathMount",
     "CSIMount",
-    "ConfigMapMount",
-    "SecretMount",
-    "EmptyDirMount",
+    "Checkpoint",
     "CodeSource",
-    "Scheduling",
+    "ConfigMapMount",
+    "DLCJob",
+    "Elastic",
+    "EmptyDirMount",
     "FaultTolerance",
     "HealthCheck",
-    "Checkpoint",
-    "Elastic",
+    "HostPathMount",
     "JobType",
+    "NFSMount",
+    "PVCMount",
+    "Resources",
+    "Role",
+    "Scheduling",
+    "SecretMount",
     "SpecError",
-    "load_job",
-    "json_schema",
+    "Storage",
     "is_templated",
+    "json_schema",
+    "load_job",
 ]
 
 
@@ -80,6 +87,50 @@ class SpecError(ValueError):
 class _Model(BaseModel):
     # Unknown keys are typos more often than not: reject them, naming the key.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    def __init__(self, /, **data: Any) -> None:
+        # DLCJob(...) in a DAG file: the same one line as parse_job, not pydantic's dump
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise SpecError(f"invalid {_model_what(type(self))}: {_first_error(exc)}") from None
+
+    # as RootModel does: pydantic then validates nested models without calling this __init__
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise SpecError(f"invalid {_model_what(type(self))}: {_first_error(exc)}") from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exact_scalars(cls, data: Any) -> Any:
+        # Every count is a whole number and every switch a bool, in every model of the spec
+        # (pydantic alone reads True as 1 and "no" as False). A model validator, not a "*"
+        # field validator: those are not allowed on the mounts' discriminator field.
+        if not isinstance(data, dict):
+            return data
+        own = {f for d in cls.__pydantic_decorators__.field_validators.values()
+               if d.info.mode == "before" for f in d.info.fields}
+        errors, data = [], dict(data)
+        for name, field in cls.model_fields.items():
+            kind = scalar_kind(field.annotation)
+            key = name if name in data else (field.alias or name)
+            if kind is None or key not in data:
+                continue
+            try:
+                if name in own and kind == "int":  # its own check reads text and fractions
+                    check_scalar(data[key], "int", name) if isinstance(data[key], bool) else None
+                else:
+                    data[key] = check_scalar(data[key], kind, name)
+            except ValueError as exc:
+                errors.append(InitErrorDetails(type=PydanticCustomError("value_error", str(exc)), loc=(key,),
+                                               input=data[key]))
+        if errors:  # raised as a ValidationError, each error keeps its field's location
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return data
 
 
 class Resources(_Model):
@@ -135,7 +186,7 @@ class Role(_Model):
     image: str | None = None
     command: list[str] | None = None
     shell: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, EnvValue] = Field(default_factory=dict)
 
     @field_validator("replicas")
     @classmethod
@@ -145,6 +196,11 @@ class Role(_Model):
         if value > MAX_REPLICAS:
             raise ValueError(f"replicas {value} is more than {MAX_REPLICAS}, the most an Indexed Job runs")
         return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return value if value is None else check_image(value, "image")
 
     @model_validator(mode="after")
     def _one_command(self) -> Role:
@@ -241,8 +297,10 @@ class EmptyDirMount(_Mount):
         return check_quantity(value, "size_limit")
 
 
+_MOUNT_TAGS = {"pvc", "nfs", "host_path", "csi", "config_map", "secret", "empty_dir"}
+
 Storage = Annotated[
-    Union[PVCMount, NFSMount, HostPathMount, CSIMount, ConfigMapMount, SecretMount, EmptyDirMount],
+    PVCMount | NFSMount | HostPathMount | CSIMount | ConfigMapMount | SecretMount | EmptyDirMount,
     Field(discriminator="type"),
 ]
 
@@ -264,6 +322,22 @@ class CodeSource(_Model):
         if not value.startswith("/"):
             raise ValueError(f"mount_path {value!r} must be an absolute path")
         return value
+
+    # checked here, not when the clone runs: the init container would fail the job late
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        return check_git_repo(value, "repo")
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, value: str) -> str:
+        return check_git_revision(value, "revision")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return check_image(value, "image")
 
 
 class Scheduling(_Model):
@@ -342,6 +416,14 @@ class FaultTolerance(_Model):
             )
         return sorted(set(value))
 
+    @model_validator(mode="after")
+    def _codes_need_restarts(self) -> FaultTolerance:
+        # with no restarts, which codes are "retryable" changes nothing: a contradiction
+        if self.retryable_exit_codes and self.max_restarts == 0:
+            raise ValueError(f"retryable_exit_codes {self.retryable_exit_codes} are never retried with max_restarts 0: "
+                             "set max_restarts >= 1, or drop retryable_exit_codes")
+        return self
+
 
 class HealthCheck(_Model):
     """Preflight check (DLC "sanity check"): runs in the job image before the main command."""
@@ -402,7 +484,10 @@ class DLCJob(_Model):
     command: list[str] | None = Field(None, description="argv; never split by a shell")
     shell: str | None = Field(None, description="a shell command line, run with /bin/sh -c")
     working_dir: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, EnvValue] = Field(
+        default_factory=dict,
+        description="strings, or {secret: name, key: k}, {airflow_variable: name}, {airflow_connection: id, field: f}",
+    )
     roles: dict[str, Role] = Field(default_factory=dict)
     resources: Resources = Field(default_factory=Resources)
     storage: list[Storage] = Field(default_factory=list)
@@ -434,11 +519,7 @@ class DLCJob(_Model):
     def _image(cls, value: str) -> str:
         if not value or not value.strip():
             raise ValueError("image is required: the container image every replica runs")
-        if not is_templated(value) and any(ch.isspace() for ch in value):
-            raise ValueError(
-                f"image {value!r} contains whitespace; write one image reference such as registry/name:tag"
-            )
-        return value
+        return check_image(value)
 
     @field_validator("name")
     @classmethod
@@ -470,7 +551,7 @@ class DLCJob(_Model):
 
     @field_validator("env")
     @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+    def _env(cls, value: dict[str, EnvValue]) -> dict[str, EnvValue]:
         return _check_env(value, "env")
 
     @field_validator("labels")
@@ -495,9 +576,14 @@ class DLCJob(_Model):
     @field_validator("roles", mode="before")
     @classmethod
     def _role_shorthand(cls, value: Any) -> Any:
-        # roles: {worker: 4} is short for roles: {worker: {replicas: 4}}
+        # roles: {worker: 4} is short for roles: {worker: {replicas: 4}}; any other scalar
+        # (true, 2.5, "two") goes to replicas too, whose check says what is wrong with it
         if isinstance(value, dict):
-            return {k: ({"replicas": v} if isinstance(v, int) else v) for k, v in value.items()}
+            for k, v in value.items():
+                if v is None or isinstance(v, (list, tuple)):
+                    raise ValueError(f"role {k!r}: give the number of replicas (worker: 4) or the role's "
+                                     "fields (worker: {replicas: 4, resources: ...}), not " + repr(v))
+            return {k: ({"replicas": v} if isinstance(v, (int, float, str)) else v) for k, v in value.items()}
         return value
 
     # -- whole-job checks --------------------------------------------------------------
@@ -574,7 +660,7 @@ class DLCJob(_Model):
     def role_resources(self, role: str) -> Resources:
         return self.roles[role].resources or self.resources
 
-    def role_env(self, role: str) -> dict[str, str]:
+    def role_env(self, role: str) -> dict[str, EnvValue]:
         return {**self.env, **self.roles[role].env}
 
     def total_replicas(self) -> int:
@@ -606,14 +692,14 @@ def _reserved_paths(job: DLCJob) -> dict[str, str]:
     return reserved
 
 
-def _check_env(env: dict[str, str], where: str) -> dict[str, str]:
+def _check_env(env: dict[str, EnvValue], where: str) -> dict[str, EnvValue]:
     for key, val in env.items():
         if not ENV_NAME.match(key):
             raise ValueError(
                 f"{where}: {key!r} is not a valid environment variable name: use letters, digits, '_', '-' "
                 "and '.', starting with a letter or '_'"
             )
-        if not isinstance(val, str):
+        if not isinstance(val, (str, *SOURCE_TYPES)):
             raise ValueError(f"{where}.{key} must be a string (quote numbers in YAML)")
     return env
 
@@ -650,17 +736,43 @@ def _check_roles(job: DLCJob, info: TypeInfo) -> None:
         )
 
 
+_MAX_ERRORS = 5  # more than this is one mistake repeated, or not a job spec at all
+
+
 def _first_error(exc: ValidationError) -> str:
-    lines = []
+    lines: list[str] = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).endswith("Mount"))
+        loc = _loc(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field; check the spelling (see `dlc-airflow schema`)"
         elif err["type"] == "missing":
             msg = "required field is missing"
-        lines.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(lines)
+        line = f"{loc}: {msg}" if loc else msg
+        if line not in lines:
+            lines.append(line)
+    more = f" (and {len(lines) - _MAX_ERRORS} more)" if len(lines) > _MAX_ERRORS else ""
+    # one line whatever the input held (a key with a newline in it, say)
+    return " ".join("; ".join(lines[:_MAX_ERRORS]).split("\n")) + more
+
+
+def _loc(parts: tuple[Any, ...]) -> str:
+    """('storage', 0, 'pvc', 'read_only') -> storage[0].read_only: list items by index, and
+    without the mount type pydantic puts after a storage item (the discriminator's tag)."""
+    out = ""
+    for i, part in enumerate(parts):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part).endswith("Mount") or (i and isinstance(parts[i - 1], int) and part in _MOUNT_TAGS):
+            continue
+        else:
+            text = str(part) if str(part).isprintable() and not any(c.isspace() for c in str(part)) else repr(part)
+            out += f".{text}" if out else text
+    return out
+
+
+def _model_what(cls: type) -> str:
+    return "job spec" if cls.__name__ == "DLCJob" else f"{cls.__name__} spec"
 
 
 def parse_job(data: Any, source: str = "job spec") -> DLCJob:
@@ -679,11 +791,15 @@ def load_job(path: str | Path) -> DLCJob:
 
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"cannot read job spec {p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p} is not UTF-8 text (byte {exc.start}): save the spec as UTF-8 YAML or JSON") from None
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        data = _load_json(text) if p.suffix == ".json" else yaml.load(text, Loader=_strict_yaml_loader())
+    except _DuplicateKey as exc:
+        raise SpecError(f"{p}: {exc}") from None
     except (ValueError, yaml.YAMLError) as exc:
         raise SpecError(f"{p} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {_one_line(exc)}") from None
     if not isinstance(data, dict):
@@ -691,11 +807,54 @@ def load_job(path: str | Path) -> DLCJob:
     return parse_job(data, source=str(p))
 
 
+class _DuplicateKey(Exception):
+    """A key given twice in one mapping: YAML and JSON parsers silently keep the last."""
+
+
+def _strict_yaml_loader() -> type:
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    try:
+                        first = seen.get(key)
+                    except TypeError:  # an unhashable key: the base loader reports it
+                        continue
+                    if first is not None:
+                        raise _DuplicateKey(f"duplicate key {key!r} at line {line} (first at line {first}); "
+                                            "remove one of them (YAML would silently keep the last)")
+                    seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
+def _load_json(text: str) -> Any:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise _DuplicateKey(f"duplicate key {key!r}; remove one of them (JSON would silently keep the last)")
+            out[key] = value
+        return out
+
+    return json.loads(text, object_pairs_hook=pairs)
+
+
 def _one_line(exc: Exception) -> str:
     """A parser error as one line: what is wrong, and where (YAML errors span several lines)."""
     problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
     if problem and mark is not None:
-        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+        context = getattr(exc, "context", None)  # e.g. "expected a single document in the stream"
+        where = f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+        return f"{context}, {where}" if context else where
     return " ".join(str(exc).split())
 
 

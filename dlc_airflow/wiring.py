@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.secrets import Source
 
 if TYPE_CHECKING:  # spec.py uses the wiring (reserved paths); the wiring only reads specs
     from dlc_airflow.spec import DLCJob
@@ -125,16 +126,25 @@ def hostfile(job: DLCJob, addr: Addressing, slots: int) -> str:
     return "".join(f"{addr.host('worker', i)} slots={slots}\n" for i in range(count))
 
 
+# A value of a replica's env: a string, an index-dependent value, or a source (a Secret's
+# key becomes valueFrom in a pod spec; Airflow sources are resolved before anything runs).
+PodValue = Union[str, "IndexExpr", Source]
+
+
 def role_env(
-    job: DLCJob, name: str, role: str, addr: Addressing | None, framework: bool = True
-) -> dict[str, str | IndexExpr]:
+    job: DLCJob, name: str, role: str, addr: Addressing | None, framework: bool = True,
+    secret_refs: bool = True,
+) -> dict[str, PodValue]:
     """Every variable a replica of `role` gets, index-dependent ones as IndexExpr.
 
     `framework=False` leaves out the framework wiring (MASTER_ADDR, TF_CONFIG, hostfile env...)
     for backends whose operator injects it itself (Kubeflow, Trainer, KubeRay); `addr` is then
-    not used and may be None.
+    not used and may be None. With `secret_refs` (Kubernetes), the user's secret values are
+    references to Secrets (dlc_airflow.secrets.pod_env); without, the spec's values as they are.
     """
-    env: dict[str, str | IndexExpr] = dict(job.type_info.preset_env)
+    from dlc_airflow.secrets import pod_env
+
+    env: dict[str, PodValue] = dict(job.type_info.preset_env)
     env.update(
         {
             "DLC_JOB_NAME": name,
@@ -155,14 +165,21 @@ def role_env(
             raise ValueError("role_env: framework wiring needs an Addressing")
         env.update(_framework_env(job, name, role, addr))
     # The user's env wins over ours: they may know better (e.g. a fixed MASTER_PORT).
-    env.update(job.role_env(role))
+    env.update(pod_env(job, name, role) if secret_refs else job.role_env(role))
     return env
 
 
 def replica_env(job: DLCJob, name: str, role: str, index: int, addr: Addressing) -> dict[str, str]:
-    """The concrete env of replica `index` of `role` (what the local backend runs with)."""
-    env = role_env(job, name, role, addr)
-    return {k: (v.at(index) if isinstance(v, IndexExpr) else v) for k, v in env.items()}
+    """The concrete env of replica `index` of `role` (what the local backend runs with: the
+    job's secret values are in place already, dlc_airflow.secrets.with_values)."""
+    out = {}
+    for key, value in role_env(job, name, role, addr, secret_refs=False).items():
+        if isinstance(value, IndexExpr):
+            value = value.at(index)
+        if not isinstance(value, str):
+            raise ValueError(f"env {key}: {value.describe()} has no value here; it is resolved when the job is submitted")
+        out[key] = value
+    return out
 
 
 def _framework_env(job: DLCJob, name: str, role: str, addr: Addressing) -> dict[str, str | IndexExpr]:

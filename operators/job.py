@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from dlc_airflow.finish import OnFinish
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.spec import DLCJob, SpecError, load_job, parse_duration, parse_job
+from dlc_airflow.spec import DLCJob, SpecError, load_job, parse_job
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -44,7 +44,9 @@ class DLCJobOperator(BaseOperator):
     :param backend: native (default with a cluster), kubeflow, trainer, jobset, ray, or local
         (the default when no cluster is configured).
     :param namespace: Kubernetes namespace (default: the connection's, else the kubeconfig's).
-    :param conn_id: the cncf.kubernetes connection (kubernetes_default).
+    :param conn_id: the cncf.kubernetes connection (default: kubernetes_default when it
+        exists). A conn_id that does not exist fails the task; without backend= and without
+        any cluster configured, jobs run on the local backend (the task log says why).
     :param wait_for_completion: wait for the job to finish (else return once it is submitted).
     :param deferrable: wait in the triggerer (default: [operators] default_deferrable).
     :param stream_logs: copy the job's pod logs and Kubernetes Events into the task log.
@@ -61,29 +63,37 @@ class DLCJobOperator(BaseOperator):
     ui_color = "#dbe9f6"
 
     def __init__(self, *, job: DLCJob | dict | str, backend: str | None = None, namespace: str | None = None,
-                 conn_id: str = "kubernetes_default", wait_for_completion: bool = True,
+                 conn_id: str | None = None, wait_for_completion: bool = True,
                  deferrable: bool | None = None, stream_logs: bool = True,
                  queue_timeout: int | float | timedelta | str | None = None,
                  timeout: int | float | timedelta | str | None = None, on_finish: str | OnFinish = OnFinish.KEEP,
                  reuse_succeeded: bool = True, local_root: str | None = None, **kwargs: Any) -> None:
+        from dlc_airflow import arguments as arg
+
         super().__init__(**kwargs)
+        # every argument is checked here, at DAG parse time: one line naming it, nothing submitted
+        tid = self.task_id
+        self.backend = arg.backend(backend, tid)
+        self.namespace = arg.namespace(namespace, tid)
+        self.conn_id = arg.conn_id(conn_id, tid)
+        self.wait_for_completion = arg.flag(wait_for_completion, "wait_for_completion", tid)
+        explicit_deferrable = arg.optional_flag(deferrable, "deferrable", tid)
+        self.deferrable = _default_deferrable() if explicit_deferrable is None else explicit_deferrable
+        self.stream_logs = arg.flag(stream_logs, "stream_logs", tid)
+        self.queue_timeout = arg.seconds(queue_timeout, "queue_timeout", tid)
+        self.timeout = arg.seconds(timeout, "timeout", tid)
+        self.on_finish = OnFinish.parse(on_finish, tid).value  # a plain str: it is serialized
+        self.reuse_succeeded = arg.flag(reuse_succeeded, "reuse_succeeded", tid)
+        self.local_root = arg.local_root(local_root, tid)
+        _check_consistent(self, explicit_deferrable)
         spec = _load(job, self)
         self.job = spec.to_dict()
-        self.backend = backend
-        self.namespace = namespace
-        self.conn_id = conn_id
-        self.wait_for_completion = wait_for_completion
-        self.deferrable = _default_deferrable() if deferrable is None else deferrable
-        self.stream_logs = stream_logs
-        self.queue_timeout = _seconds(queue_timeout, "queue_timeout")
-        self.timeout = _seconds(timeout, "timeout")
-        self.on_finish = OnFinish.parse(on_finish, self.task_id).value  # a plain str: it is serialized
-        self.reuse_succeeded = reuse_succeeded
-        self.local_root = local_root
         self._check_backend(spec)
         self._ref: JobRef | None = None
         self._runner: JobRunner | None = None
         self._try = 0
+        self._trigger_secrets: dict | None = None  # references (never values of Airflow sources)
+        self._conn = conn_id or "kubernetes_default"  # the connection execute() chose
 
     # -- parse-time checks ---------------------------------------------------------------
     def _check_backend(self, spec: DLCJob) -> None:
@@ -95,18 +105,24 @@ class DLCJobOperator(BaseOperator):
 
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        from dlc_airflow.airflow.runners import make_runner, resolve_backend
+        from dlc_airflow.airflow.policy_source import load_policy
+        from dlc_airflow.airflow.runners import choose_backend, make_runner
+        from dlc_airflow.policy import enforce
         from dlc_airflow.submission import Action
 
         job = self._rendered_job()
-        backend = resolve_backend(self.backend, self.conn_id)
-        self.log.info("DLC %s job on the %s backend (%d replicas: %s)", job.type.value, backend,
-                      job.total_replicas(), ", ".join(f"{r}={v.replicas}" for r, v in job.roles.items()))
         identity = task_identity(context)
         self._try = identity.try_number
         store = context.get("task_state_store")
         with _user_errors():
-            self._runner = runner = make_runner(backend, self.conn_id, self.namespace, local_root=self.local_root)
+            backend, self._conn, why = choose_backend(self.backend, self.conn_id)
+            self.log.info("DLC %s job on the %s backend (%s; %d replicas: %s)", job.type.value, backend, why,
+                          job.total_replicas(), ", ".join(f"{r}={v.replicas}" for r, v in job.roles.items()))
+            # the admin's policy, before anything is created (the local backend's too)
+            policy, source = load_policy(None if backend == "local" else self._conn)
+            enforce(policy, job, source)
+            self._runner = runner = make_runner(backend, self._conn, self.namespace, local_root=self.local_root)
+            self._mask_secrets(job, runner)
             submission = self._submit_or_adopt(runner, job, identity, store)
         if submission.action is Action.RECORDED:
             return submission.recorded_result
@@ -159,10 +175,10 @@ class DLCJobOperator(BaseOperator):
 
         now = time.time()
         trigger = DLCJobTrigger(
-            ref=ref.to_dict(), conn_id=self.conn_id, namespace=self.namespace, local_root=self.local_root,
+            ref=ref.to_dict(), conn_id=self._conn, namespace=self.namespace, local_root=self.local_root,
             deadline=now + self.timeout if self.timeout else None, queue_timeout=self.queue_timeout,
             queued_since=now, stream_logs=self.stream_logs, on_finish=self.on_finish,
-            end_from_trigger=True, try_number=self._try,
+            end_from_trigger=True, try_number=self._try, secrets=self._trigger_secrets,
         )
         # Airflow does not enforce execution_timeout while deferred: the trigger enforces
         # `timeout` itself (stopping the job); this backstop only ends a wedged trigger.
@@ -180,10 +196,11 @@ class DLCJobOperator(BaseOperator):
             data = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REF, map_indexes=ti.map_index)
             if not data:
                 raise AirflowException(f"{self.task_id}: resumed without the job's reference")
-            from dlc_airflow.airflow.runners import make_runner
+            from dlc_airflow.airflow.runners import DEFAULT_CONN_ID, make_runner
 
             ref = JobRef.from_dict(data)
-            runner = make_runner(ref.backend, self.conn_id, self.namespace, local_root=self.local_root)
+            runner = make_runner(ref.backend, self.conn_id or DEFAULT_CONN_ID, self.namespace,
+                                 local_root=self.local_root)
             job_event = JobEvent.from_task_end(event, ref, runner, OnFinish(self.on_finish))
         self._recorder(context)({**job_event.ref.to_dict(), "state": job_event.result.get("state"),
                                  "result": job_event.result})
@@ -193,6 +210,16 @@ class DLCJobOperator(BaseOperator):
     def _recorder(self, context: Context) -> Callable[[dict], None]:
         store = context.get("task_state_store")
         return lambda entry: _set(store, STATE_KEY, entry)
+
+    def _mask_secrets(self, job: DLCJob, runner: JobRunner) -> None:
+        """Register the job's secret env values with Airflow's secrets masker before any of its
+        logs reach the task log: Airflow sources (read now: a missing one fails here, naming the
+        env var, before anything is created), secret-looking literals, and the Kubernetes
+        Secrets this identity may read. The trigger masks them again in its own process."""
+        from dlc_airflow.secrets import register_job
+
+        found = register_job(job, runner, self.log)
+        self._trigger_secrets = found.to_dict() if found else None
 
     def _rendered_job(self) -> DLCJob:
         try:
@@ -264,9 +291,23 @@ def _load(job: DLCJob | dict | str | os.PathLike, op: BaseOperator) -> DLCJob:
     return parse_job(job, source=f"job of task {op.task_id}")
 
 
-def _seconds(value: Any, what: str) -> float | None:
-    duration = parse_duration(value, what)
-    return duration.total_seconds() if duration is not None else None
+def _check_consistent(op: DLCJobOperator, deferrable: bool | None) -> None:
+    """Options that contradict each other: each would be silently ignored at run time."""
+    from dlc_airflow.arguments import ArgumentError
+
+    tid = op.task_id
+    if not op.wait_for_completion:
+        # the task returns once the job is submitted: nothing is left to delete it or time it out
+        ignored = [name for name, set_ in (("on_finish='delete'", op.on_finish == OnFinish.DELETE.value),
+                                            ("timeout", op.timeout is not None),
+                                            ("queue_timeout", op.queue_timeout is not None),
+                                            ("deferrable=True", deferrable is True)) if set_]
+        if ignored:
+            raise ArgumentError(f"{tid}: {', '.join(ignored)} needs wait_for_completion=True (the task does not "
+                                "wait for the job, so nothing would apply it); drop one of them")
+    if op.queue_timeout is not None and op.timeout is not None and op.queue_timeout > op.timeout:
+        raise ArgumentError(f"{tid}: queue_timeout ({op.queue_timeout:g}s) is longer than timeout "
+                            f"({op.timeout:g}s), which counts from the submit too: make it shorter or drop it")
 
 
 def _get(store: Any, key: str) -> Any:

@@ -34,21 +34,29 @@ class DLCJobSensor(BaseSensorOperator):
                  backend: str = "native", namespace: str | None = None,
                  conn_id: str = "kubernetes_default", deferrable: bool | None = None,
                  local_root: str | None = None, **kwargs: Any) -> None:
-        from dlc_airflow.airflow.runners import BACKENDS
         from dlc_airflow.operators.job import _default_deferrable
 
+        from dlc_airflow import arguments as arg
+
+        # before BaseSensorOperator reads them: it takes True as 1 second, and its own
+        # messages name neither the task nor what to write
+        tid = str(kwargs.get("task_id"))
+        arg.sensor_timing(kwargs, tid)
         super().__init__(**kwargs)
+        tid = self.task_id
         if bool(job_name) == bool(task_id_of_job):
-            raise ValueError(f"{self.task_id}: give exactly one of job_name or task_id_of_job")
-        if backend not in BACKENDS:
-            raise ValueError(f"{self.task_id}: backend {backend!r} is not one of {', '.join(BACKENDS)}")
-        self.job_name = job_name
-        self.task_id_of_job = task_id_of_job
-        self.backend = backend
-        self.namespace = namespace
-        self.conn_id = conn_id
-        self.deferrable = _default_deferrable() if deferrable is None else deferrable
-        self.local_root = local_root
+            raise arg.ArgumentError(f"{tid}: give exactly one of job_name or task_id_of_job")
+        self.job_name = arg.job_name(job_name, tid)
+        self.task_id_of_job = arg.task_id(task_id_of_job, "task_id_of_job", tid)
+        self.backend = arg.backend_name(backend, tid)
+        self.namespace = arg.namespace(namespace, tid)
+        self.conn_id = arg.conn_id(conn_id, tid) or "kubernetes_default"
+        explicit_deferrable = arg.optional_flag(deferrable, "deferrable", tid)
+        if explicit_deferrable and self.mode == "reschedule":
+            raise arg.ArgumentError(f"{tid}: deferrable=True waits in the triggerer, mode='reschedule' on a worker: "
+                                    "choose one of them")
+        self.deferrable = _default_deferrable() if explicit_deferrable is None else explicit_deferrable
+        self.local_root = arg.local_root(local_root, tid)
 
     def _runner_and_ref(self, context: Context) -> tuple[JobRunner, JobRef]:
         from dlc_airflow.airflow.runners import make_runner

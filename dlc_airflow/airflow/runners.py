@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
-
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from dlc_airflow.local.jobrunner import LOCAL, LocalJobRunner
@@ -23,6 +22,7 @@ BACKENDS = ALL_BACKENDS
 # caller has read it already (the triggerer reads it asynchronously), else None.
 RUNNER_FACTORIES: dict[str, str] = {
     "pai": "dlc_airflow.pai.runner:make_runner",
+    "slurm": "dlc_airflow.slurm.runner:make_runner",
 }
 
 

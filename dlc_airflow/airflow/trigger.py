@@ -32,7 +32,7 @@ class DLCJobTrigger(BaseTrigger):
                  local_root: str | None = None, deadline: float | None = None,
                  queue_timeout: float | None = None, queued_since: float | None = None,
                  stream_logs: bool = True, on_finish: str = OnFinish.KEEP.value, end_from_trigger: bool = True,
-                 try_number: int | None = None):
+                 try_number: int | None = None, secrets: dict | None = None):
         super().__init__()
         self.ref = ref
         self.conn_id = conn_id
@@ -47,13 +47,16 @@ class DLCJobTrigger(BaseTrigger):
         # of the operator task that deferred; None for a sensor, which only watches the job
         # (it never stops, settles or deletes it)
         self.try_number = try_number
+        # what to mask in this process (dlc_airflow.secrets.TriggerSecrets): references to
+        # Airflow sources, read again here, never their values
+        self.secrets = secrets
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "ref": self.ref, "conn_id": self.conn_id, "namespace": self.namespace,
             "local_root": self.local_root, "deadline": self.deadline, "queue_timeout": self.queue_timeout,
             "queued_since": self.queued_since, "stream_logs": self.stream_logs, "on_finish": self.on_finish,
-            "end_from_trigger": self.end_from_trigger, "try_number": self.try_number,
+            "end_from_trigger": self.end_from_trigger, "try_number": self.try_number, "secrets": self.secrets,
         })
 
     async def _runner(self) -> JobRunner:
@@ -71,6 +74,7 @@ class DLCJobTrigger(BaseTrigger):
 
         ref = JobRef.from_dict(self.ref)
         runner = await self._runner()
+        await self._mask_secrets(runner)
         now = time.monotonic()
         wall = time.time()
         progress = Progress(
@@ -127,6 +131,14 @@ class DLCJobTrigger(BaseTrigger):
                 return
         finally:
             await asyncio.to_thread(follower.close)
+
+    async def _mask_secrets(self, runner: JobRunner) -> None:
+        """The job's secret values, registered with the secrets masker of the triggerer (another
+        process than the task's) before any of the job's logs are copied here."""
+        from dlc_airflow.secrets import TriggerSecrets
+
+        if self.secrets:
+            await asyncio.to_thread(TriggerSecrets.from_dict(self.secrets).register, runner, self.log)
 
     def _event(self, event: JobEvent) -> TriggerEvent:
         if self.end_from_trigger:

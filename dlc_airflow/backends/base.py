@@ -158,12 +158,25 @@ class Backend(ABC):
         identity: naming.TaskIdentity | None = None,
         attempt: int | None = None,
     ) -> list[dict]:
-        """The job's objects in creation order; the first one is the primary."""
+        """The job's objects in creation order; the first one is the primary.
+
+        A job with secret env values (Airflow sources, secret-looking literals) also gets its
+        own Secret, second: right after the primary that owns it, before the other objects
+        whose pods read it. Its values are placeholders here (dlc_airflow.secrets)."""
+        from dlc_airflow.secrets import SecretSourceError, job_secret
+
         check_name(name, self.name)
         self.check(job)
+        objects = self._render(job, name, identity, attempt)
+        try:
+            secret = job_secret(job, name, object_labels(job, name, identity, attempt), object_annotations(job, identity))
+        except SecretSourceError as exc:
+            raise BackendError(str(exc)) from None
+        if secret is not None:
+            objects.insert(1, secret)
         # A JSON round trip: plain JSON types only, and no dict shared between two places
         # (a client mutating one object must not change another).
-        return json.loads(json.dumps(self._render(job, name, identity, attempt)))
+        return json.loads(json.dumps(objects))
 
     @abstractmethod
     def _render(

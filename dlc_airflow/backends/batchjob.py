@@ -27,8 +27,9 @@ from dlc_airflow.jobtypes import JobType
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
-# Every type but ray: a Ray cluster needs the KubeRay operator.
-JOB_TYPES = frozenset(JobType) - {JobType.ray}
+# Every type but ray (a Ray cluster needs the KubeRay operator) and slurm (a batch script
+# needs a Slurm cluster: backend="slurm").
+JOB_TYPES = frozenset(JobType) - {JobType.ray, JobType.slurm}
 NO_RAY = "a Ray cluster needs the KubeRay operator"
 
 # on a role Job stopped by the runner after the job as a whole had finished

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlc_airflow.backends.base import BackendError
+from dlc_airflow.secrets import SecretKeyRef
 from dlc_airflow.spec import DLCJob, Resources
-from dlc_airflow.wiring import IndexExpr
+from dlc_airflow.wiring import IndexExpr, PodValue
 
 # Spot / preemptible capacity. Nodes of spot capacity carry SPOT_LABEL=SPOT_VALUE (the label
 # Karpenter puts on spot nodes; label your own spot pools the same way) and, so that only jobs
@@ -71,7 +72,7 @@ def index_env_name(name: str, part: str) -> str:
 
 
 def env_and_exports(
-    env: dict[str, str | IndexExpr], index: IndexSource | None
+    env: dict[str, PodValue], index: IndexSource | None
 ) -> tuple[list[dict], list[str]]:
     """Container env entries, and the shell exports for computed index-dependent values."""
     entries: list[dict] = []
@@ -82,9 +83,14 @@ def env_and_exports(
     for key, value in env.items():
         if index is not None and key == index.env:
             continue  # the index itself is defined above
-        if not isinstance(value, IndexExpr):
+        if isinstance(value, SecretKeyRef):  # the kubelet reads it: the value is in no object of ours
+            entries.append({"name": key, "valueFrom": {"secretKeyRef": {"name": value.secret, "key": value.key}}})
+            continue
+        if isinstance(value, str):
             entries.append({"name": key, "value": value})
             continue
+        if not isinstance(value, IndexExpr):  # pragma: no cover - wiring.role_env made it a reference
+            raise BackendError(f"env {key}: {value.describe()} must be resolved before rendering")
         if index is None:
             if value.is_plain_index:
                 continue  # no replica index on this backend (e.g. Ray pods): leave it unset
@@ -309,7 +315,7 @@ def clone_container(job: DLCJob, mounts: list[dict]) -> dict | None:
 def pod_template(
     job: DLCJob,
     role: str,
-    env: dict[str, str | IndexExpr],
+    env: dict[str, PodValue],
     *,
     labels: dict[str, str],
     annotations: dict[str, str],

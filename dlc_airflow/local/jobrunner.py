@@ -13,7 +13,7 @@ from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.local.runner import LocalRunner
 from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_JOB, TaskIdentity, job_labels, task_labels
-from dlc_airflow.runner import LogLines, OnStatus
+from dlc_airflow.runner import LogLines, OnStatus, SubmitError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobStatus
 
@@ -46,6 +46,13 @@ class LocalJobRunner:
         return self.ref(None, name, int(self.local.labels(name).get(LABEL_ATTEMPT, "1")))
 
     def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
+        from dlc_airflow.backends.base import BackendError
+        from dlc_airflow.local.backend import LocalBackend
+
+        try:  # a task without backend= lands here at run time: refuse what cannot run locally
+            LocalBackend().check(job)
+        except BackendError as exc:
+            raise SubmitError(str(exc), permanent=True) from None
         created = self.local.submit(job, name, job_labels(name, identity, attempt))
         return self.ref(job, name, attempt), created
 

@@ -12,6 +12,7 @@ namespace, as the triggerer and scheduler do in docker/compose.yaml.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local import procs
 from dlc_airflow.naming import LABEL_TASK_KEY, LABEL_TRY
 from dlc_airflow.runner import OwnershipError
+from dlc_airflow.secrets import local_values, maskable, stored_spec
 from dlc_airflow.spec import DLCJob, parse_job
 from dlc_airflow.status import JobState, JobStatus
 
@@ -100,7 +102,9 @@ class LocalRunner:
         job = parse_job(job, source=f"local job {name}")
         jobdir = self._dir(name)
         if jobdir.exists():
-            return self._adopt(name, labels)
+            return self._adopt(name, labels, job)
+        # Secret values are read before the folder exists: a missing one leaves nothing behind.
+        handed = self._handed(job)
         self.root.mkdir(parents=True, exist_ok=True)
         # Build the whole folder under a temporary name, then rename it into place: the
         # rename is atomic and fails if the name exists, so of two racing submits exactly
@@ -110,7 +114,7 @@ class LocalRunner:
         try:
             (staging / layout.LOGS).mkdir()
             (staging / layout.OUTPUTS).mkdir()
-            layout.write_json(staging / layout.SPEC, job.to_dict())
+            layout.write_json(staging / layout.SPEC, stored_spec(job))  # references, no secret values
             layout.write_json(staging / layout.LABELS, dict(labels))
             (staging / UID).write_text(str(uuid.uuid4()))
             layout.write_json(
@@ -121,15 +125,23 @@ class LocalRunner:
                 os.rename(staging, jobdir)
             except OSError:
                 if jobdir.exists():
-                    return self._adopt(name, labels)
+                    return self._adopt(name, labels, job)
                 raise
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
-        self._start_supervisor(name, jobdir)
+        self._start_supervisor(name, jobdir, handed)
         return True
 
-    def _adopt(self, name: str, labels: dict[str, str]) -> bool:
+    def _handed(self, job: DLCJob) -> bytes | None:
+        """What the supervisor gets on its stdin, never on disk: the job's secret env values
+        (Airflow sources, local stand-ins of Secrets, secret literals) and what to mask."""
+        values = local_values(job, self.root)
+        if not values:
+            return None
+        return json.dumps({"env": values, "mask": maskable(v for d in values.values() for v in d.values())}).encode()
+
+    def _adopt(self, name: str, labels: dict[str, str], job: DLCJob | None = None) -> bool:
         """This task's job of that name exists: keep it, and start its supervisor if the
         submit that made the folder was cut short before it did (True: started now)."""
         jobdir = self.root / name
@@ -141,7 +153,7 @@ class LocalRunner:
                 f"use another job name, or delete the old job (LocalRunner.delete)"
             )
         if not (jobdir / SUPERVISOR_STARTED).exists() and not self.status(name).terminal:
-            return self._start_supervisor(name, jobdir)
+            return self._start_supervisor(name, jobdir, self._handed(job) if job is not None else None)
         return False
 
     def uid(self, name: str) -> str:
@@ -165,8 +177,9 @@ class LocalRunner:
         tries = [int(str(v)) for v in (labels.get(LABEL_TRY), claim.get("try")) if str(v or "").isdigit()]
         return max(tries) if tries else None
 
-    def _start_supervisor(self, name: str, jobdir: Path) -> bool:
-        """Start the job's supervisor unless one was started already (False then)."""
+    def _start_supervisor(self, name: str, jobdir: Path, handed: bytes | None = None) -> bool:
+        """Start the job's supervisor unless one was started already (False then); `handed`
+        goes to its stdin (a pipe: the values never touch the disk)."""
         try:
             os.close(os.open(jobdir / SUPERVISOR_STARTED, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except FileExistsError:
@@ -177,12 +190,18 @@ class LocalRunner:
                 proc = subprocess.Popen(
                     argv,
                     cwd=jobdir,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if handed else subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # detached: survives the task process and its signals
                     close_fds=True,
                 )
+            if handed and proc.stdin is not None:
+                try:  # it reads its stdin first thing; one that died is reported as SupervisorLost
+                    proc.stdin.write(handed)
+                    proc.stdin.close()
+                except OSError:
+                    pass
         except OSError as exc:
             message = f"cannot start the local supervisor ({argv[0]}): {exc.strerror or exc}"
             self._write_final(jobdir, JobState.FAILED, SUPERVISOR_START_FAILED, message)

@@ -11,8 +11,10 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +26,7 @@ from dlc_airflow.local import policy, procs
 from dlc_airflow.local.plan import PlannedReplica, plan_replicas
 from dlc_airflow.local.policy import Action
 from dlc_airflow.local.volumes import map_mounts
+from dlc_airflow.secrets import HIDDEN, entries, redactor, with_values
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, parse_time
 
@@ -95,6 +98,7 @@ class Replica:
     failures: int = 0
     last_exit: int | None = None
     restart_at: float = 0.0
+    copier: threading.Thread | None = None  # copies its output into the log, secrets masked
 
     @property
     def role(self) -> str:
@@ -140,8 +144,11 @@ class JobFailed(Exception):
 
 
 class Supervisor:
-    def __init__(self, jobdir: Path, stop_signal: list[int]) -> None:
+    def __init__(self, jobdir: Path, stop_signal: list[int], handed: dict | None = None) -> None:
         self.jobdir = jobdir
+        # the job's secret env values, from LocalRunner through our stdin (never on disk)
+        self.handed: dict[str, dict[str, str]] = dict((handed or {}).get("env") or {})
+        self.redact: Callable[[bytes], bytes] | None = redactor((handed or {}).get("mask") or [])
         self.root = jobdir.parent
         self.name = jobdir.name
         self.stop_signal = stop_signal
@@ -207,7 +214,13 @@ class Supervisor:
         data = layout.read_json(self.jobdir / layout.SPEC)
         if data is None:
             raise JobFailed(policy.INVALID_SPEC, f"{self.jobdir / layout.SPEC} is missing")
-        return DLCJob.model_validate(data)
+        job = DLCJob.model_validate(data)
+        missing = [e.field for e in entries(job)
+                   if (not isinstance(e.value, str) or e.value == HIDDEN) and e.name not in self.handed.get(e.where, {})]
+        if missing:
+            raise JobFailed(policy.INVALID_SPEC, f"{', '.join(missing)}: the value was not handed to the supervisor "
+                            "(it is read when the job is submitted): submit the job again")
+        return with_values(job, self.handed)
 
     def prepare(self, job: DLCJob) -> None:
         mounts = map_mounts(job, self.root, self.jobdir)
@@ -256,7 +269,8 @@ class Supervisor:
                     env=replica.env,
                     cwd=replica.cwd,
                     stdin=subprocess.DEVNULL,
-                    stdout=out,
+                    # with secret values: through us, who mask them on the way to the log
+                    stdout=out if self.redact is None else subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own process group: stop kills what it spawned
                     close_fds=True,
@@ -269,6 +283,21 @@ class Supervisor:
                     f"(cwd {replica.cwd})",
                 ) from None
         replica.started_at = procs.start_time(replica.proc.pid)
+        if self.redact is not None and replica.proc.stdout is not None:
+            replica.copier = threading.Thread(target=self._copy_masked, args=(replica.proc.stdout, replica.log),
+                                              daemon=True, name=f"log-{replica.key}")
+            replica.copier.start()
+
+    def _copy_masked(self, source: IO[bytes], log: Path) -> None:
+        assert self.redact is not None
+        with source, open(log, "ab", buffering=0) as out:
+            for line in iter(source.readline, b""):
+                out.write(self.redact(line))
+
+    def drain(self, replica: Replica, timeout: float = 5.0) -> None:
+        """Wait for the masked copy of an ended process's output to reach its log."""
+        if replica.copier is not None:
+            replica.copier.join(timeout)
 
     def start(self, replica: Replica) -> None:
         if replica.health_argv is not None and replica.phase == "pending":
@@ -309,6 +338,7 @@ class Supervisor:
         replica.last_exit = code
         # Like a container: when the main process ends, whatever it left behind goes too.
         procs.signal_group(replica.proc.pid, signal.SIGKILL)
+        self.drain(replica)  # its last lines are in the log before anything reads its tail
         if replica.phase == "health":
             checked = policy.after_health_check(code)
             if checked.action is Action.SUCCEED:
@@ -392,6 +422,8 @@ class Supervisor:
         return bool(self.stop_signal) or (self.jobdir / layout.STOP).exists()
 
     def finish(self, state: JobState, reason: str, message: str) -> int:
+        for replica in self.replicas:  # every masked line is in its log before the job ends
+            self.drain(replica, timeout=2.0)
         self.state, self.reason, self.message = state, reason, message
         self.finished = now()
         self.write_state()

@@ -30,6 +30,10 @@ submitted the job (deferral, a worker restart, a retry that adopts the job). It:
    kills every replica's process group (SIGTERM, SIGKILL after the grace period) and
    ends STOPPED.
 
+The job's secret env values (dlc_airflow.secrets: Airflow sources, Secret stand-ins, secret
+literals) come on stdin, never from the job folder (spec.json holds references), and are
+masked (***) in the replica logs it writes.
+
 Ray jobs run only the head's command: ray.init() in it starts a local Ray cluster, so
 worker replicas would only duplicate it. The job's `port` is not used locally (every
 job gets free ports, so two jobs never clash); a fixed MASTER_PORT in the job's env still
@@ -57,9 +61,23 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m dlc_airflow.local.supervisor <jobdir>", file=sys.stderr)
         return 2
+    handed = _handed()  # first: the submitting process waits on the pipe
     from dlc_airflow.local.supervise import Supervisor
 
-    return Supervisor(Path(args[0]).resolve(), _stop_signal).run()
+    return Supervisor(Path(args[0]).resolve(), _stop_signal, handed).run()
+
+
+def _handed() -> dict:
+    """The secret values LocalRunner writes to our stdin ({} with none, or at a terminal)."""
+    import json
+
+    if sys.stdin is None or sys.stdin.isatty():
+        return {}
+    data = sys.stdin.buffer.read()
+    try:
+        return json.loads(data) if data.strip() else {}
+    except ValueError:
+        return {}
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from dlc_airflow.pipelines.layout import INTERVAL_KEY_TEMPLATE, Layout
 from dlc_airflow.pipelines.lineage import Gate
 from dlc_airflow.spec import DLCJob, load_job, parse_job
 
-__all__ = ["training_pipeline", "PIPELINE_ENV"]
+__all__ = ["PIPELINE_ENV", "training_pipeline"]
 
 # Env names the pipeline sets; a job spec that sets one itself is refused.
 PIPELINE_ENV = (
@@ -66,6 +66,28 @@ def _with_env(job: DLCJob, what: str, env: dict[str, str]) -> dict[str, Any]:
     return data
 
 
+# what the pipeline passes to each operator itself; operator_kwargs may not set them again
+_PIPELINE_SETS = ("task_id", "job", "backend", "conn_id", "namespace", "local_root", "depends_on_past")
+
+
+def _check_arguments(gate: Any, keep_last: Any, operator_kwargs: Any, train_kwargs: Any) -> None:
+    """At DAG parse time, one line each: these would otherwise fail with a TypeError deep
+    inside the pipeline, or only when the first model is gated."""
+    if gate is not None and not isinstance(gate, Gate):
+        raise ValueError(f"gate must be a Gate(metric, threshold, mode) or None, not {gate!r}")
+    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
+        raise ValueError(f"keep_last must be a whole number >= 1 (checkpoints kept per interval), not {keep_last!r}")
+    for what, extra in (("operator_kwargs", operator_kwargs), ("train_kwargs", train_kwargs)):
+        if extra is None:
+            continue
+        if not isinstance(extra, dict):
+            raise ValueError(f"{what} must be a dict of DLCJobOperator arguments, not {extra!r}")
+        taken = sorted(set(extra) & set(_PIPELINE_SETS))
+        if taken:
+            raise ValueError(f"{what} sets {', '.join(taken)}, which the pipeline sets itself: "
+                             "pass them as training_pipeline arguments, or drop them")
+
+
 def training_pipeline(
     *,
     preprocess: DLCJob | dict | str,
@@ -79,7 +101,7 @@ def training_pipeline(
     storage_conn_id: str | None = None,
     on_unfinished: str = "block",
     backend: str | None = None,
-    conn_id: str = "kubernetes_default",
+    conn_id: str | None = None,
     namespace: str | None = None,
     local_root: str | None = None,
     operator_kwargs: dict[str, Any] | None = None,
@@ -110,6 +132,7 @@ def training_pipeline(
     from airflow.sdk import TaskGroup
 
     from dlc_airflow.operators import DLCJobOperator
+    from dlc_airflow.pipelines.store import check_openable
     from dlc_airflow.pipelines.tasks import CommitOperator, LineageOperator, PromoteOperator
 
     layout = Layout(storage_root, lineage, mount_path)
@@ -118,6 +141,8 @@ def training_pipeline(
             f"storage_root {layout.root!r} is not a local path: give mount_path=, where the jobs see it "
             "(and mount it into them with a storage entry, e.g. a CSI volume for the object store)"
         )
+    check_openable(layout.root)
+    _check_arguments(gate, keep_last, operator_kwargs, train_kwargs)
     pre_job, train_job, infer_job = _job(preprocess, "preprocess"), _job(train, "train"), _job(inference, "inference")
 
     common_env = {

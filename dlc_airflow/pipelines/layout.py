@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from dlc_airflow.pipelines.lineage import Interval
 
-__all__ = ["Layout", "INTERVAL_KEY_TEMPLATE", "normalize_root"]
+__all__ = ["INTERVAL_KEY_TEMPLATE", "Layout", "normalize_root"]
 
 MANIFEST = "lineage.json"
 DATA, CHECKPOINTS, PREDICTIONS = "data", "checkpoints", "predictions"

@@ -36,27 +36,27 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
-    "VERSION",
+    "FAILED",
     "RUNNING",
     "SUCCEEDED",
-    "FAILED",
-    "Interval",
-    "LineageError",
-    "LineageBlocked",
+    "VERSION",
     "Gate",
-    "empty_manifest",
-    "check_manifest",
-    "resolve_predecessor",
+    "Interval",
+    "LineageBlocked",
+    "LineageError",
     "begin_attempt",
-    "finish_attempt",
+    "chain",
+    "check_manifest",
     "decide_promotion",
+    "empty_manifest",
+    "finish_attempt",
     "promote",
     "promoted_as_of",
-    "chain",
+    "resolve_predecessor",
 ]
 
 VERSION = 1
@@ -90,7 +90,7 @@ def _utc(value: datetime | str) -> datetime:
         raise LineageError(f"{value!r} is not a datetime")
     if value.tzinfo is None:
         raise LineageError(f"datetime {value.isoformat()} has no timezone; use an aware (UTC) datetime")
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 @dataclass(frozen=True, order=True)
@@ -129,11 +129,11 @@ def _stamp(moment: datetime) -> str:
 
 
 def _parse_stamp(text: str) -> datetime:
-    return datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    return datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
 
 
 def _now(now: datetime | None) -> str:
-    return _utc(now or datetime.now(timezone.utc)).isoformat()
+    return _utc(now or datetime.now(UTC)).isoformat()
 
 
 def empty_manifest(lineage: str) -> dict[str, Any]:
@@ -177,7 +177,7 @@ def resolve_predecessor(manifest: dict[str, Any], interval: Interval, *,
     if on_unfinished not in ("block", "skip"):
         raise LineageError(f"on_unfinished must be 'block' or 'skip', not {on_unfinished!r}")
     check_manifest(manifest)
-    for other, key, entry in _earlier(manifest, interval):
+    for _other, key, entry in _earlier(manifest, interval):
         if entry["status"] == SUCCEEDED:
             if not entry.get("checkpoint"):
                 raise LineageError(f"interval {key} succeeded but recorded no checkpoint; "
@@ -248,6 +248,12 @@ class Gate:
             raise ValueError(f"Gate.mode must be 'max' (higher is better) or 'min', not {self.mode!r}")
         if not isinstance(self.metric, str) or not self.metric:
             raise ValueError("Gate.metric must name a metric the training job reports (log_metrics)")
+        # at DAG parse time: a threshold of "high" would only fail when the first model is gated
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)):
+            raise ValueError(f"Gate.threshold must be a number (e.g. Gate({self.metric!r}, 0.9)), "
+                             f"not {self.threshold!r}")
+        if not math.isfinite(self.threshold):
+            raise ValueError(f"Gate.threshold must be a finite number, not {self.threshold!r}")
 
     def passes(self, value: float) -> bool:
         return value >= self.threshold if self.mode == "max" else value <= self.threshold

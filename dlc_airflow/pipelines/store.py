@@ -17,7 +17,33 @@ from typing import Any
 
 from dlc_airflow.pipelines import lineage as lin
 
-__all__ = ["ManifestStore"]
+__all__ = ["ManifestStore", "check_openable"]
+
+_LOCAL_SCHEMES = ("file", "local")
+
+
+def check_openable(uri: str, what: str = "storage_root") -> None:
+    """Raise ValueError unless ObjectStoragePath can open `uri`'s scheme here: file://, a
+    filesystem an Airflow provider registers, or an installed fsspec implementation. Called
+    at DAG parse time, so an unknown scheme fails before any job ran (not after preprocessing)."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
+    if scheme in _LOCAL_SCHEMES:
+        return
+    from airflow.sdk.io.fs import has_fs
+
+    if has_fs(scheme):
+        return
+    import fsspec
+
+    try:
+        fsspec.get_filesystem_class(scheme)
+        return
+    except ImportError as exc:  # a known store whose library is missing ("Install s3fs to access S3")
+        why = " ".join(str(exc).split()) or f"the {scheme} filesystem is not installed"
+    except ValueError:
+        why = f"no filesystem handles {scheme}://"
+    raise ValueError(f"{what} {uri!r}: ObjectStoragePath cannot open {scheme}:// here ({why}); use file://, "
+                     "or install the store's Airflow provider or fsspec library on the DAG processor and workers")
 
 
 class ManifestStore:

@@ -25,7 +25,7 @@ from dlc_airflow.pipelines.store import ManifestStore
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["LineageOperator", "CommitOperator", "PromoteOperator", "context_interval"]
+__all__ = ["CommitOperator", "LineageOperator", "PromoteOperator", "context_interval"]
 
 
 def context_interval(context: Context) -> lin.Interval:
@@ -47,11 +47,18 @@ class _LineageTask(BaseOperator):
 
     def __init__(self, *, storage_root: str, lineage: str, mount_path: str | None = None,
                  storage_conn_id: str | None = None, **kwargs: Any) -> None:
+        from dlc_airflow.pipelines.store import check_openable
+
         super().__init__(**kwargs)
         self.storage_root = storage_root
         self.lineage = lineage
         self.mount_path = mount_path
         self.storage_conn_id = storage_conn_id
+        # at DAG parse time: a root no store opens would fail only when this task runs
+        try:
+            check_openable(self.layout.root)
+        except ValueError as exc:
+            raise ValueError(f"{self.task_id}: {exc}") from None
 
     @property
     def layout(self) -> Layout:

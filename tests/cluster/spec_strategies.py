@@ -235,7 +235,7 @@ def valid_specs(draw, loose: bool = False) -> dict:
     if trainer_shape:
         spec["scheduling"].pop("priority_class", None)
     codes = [] if trainer_shape else draw(st.lists(st.integers(1, 255), max_size=5))
-    spec["fault_tolerance"] = {"max_restarts": 0 if trainer_shape else draw(st.integers(0, 10)),
+    spec["fault_tolerance"] = {"max_restarts": 0 if trainer_shape else draw(st.integers(1 if codes else 0, 10)),
                                "retryable_exit_codes": codes,
                                "restart_on_preemption": draw(st.booleans())}
     if not trainer_shape and draw(st.booleans()):

@@ -37,7 +37,9 @@ SUPPORT = {
     "kubeflow": {"pytorch", "deepspeed", "megatron", "tensorflow", "mpi", "xgboost"},
     "trainer": {"pytorch", "deepspeed", "megatron", "mpi"},
     "ray": {"ray"},
-    "local": {t.value for t in JobType},  # every type runs as local processes
+    "local": {t.value for t in JobType} - {"slurm"},  # every type as local processes, but a Slurm batch script
+    "slurm": {"pytorch", "deepspeed", "megatron", "mpi", "xgboost", "batch", "custom", "slurm"},
+    "pai": {t.value for t in JobType},  # the managed DLC service has a job type for each (docs/pai.md)
 }
 
 RICH_ROLES = {
@@ -50,6 +52,7 @@ RICH_ROLES = {
     "ray": {"head": 1, "worker": 2},
     "batch": {"worker": 4},
     "custom": {"trainer": 2},
+    "slurm": {"worker": 2},
 }
 # Trainer v2 maps identical worker nodes only.
 TRAINER_ROLES = {"pytorch": {"worker": 3}, "deepspeed": {"worker": 2}, "megatron": {"worker": 2},

@@ -80,7 +80,8 @@ def test_render_name_option(capsys):
     (["validate", "{bad_spec}"], ["roles.worker.replicas", ">= 1"]),
     (["validate", "{missing}"], ["cannot read job spec"]),
     (["validate", "{pytorch}", "--backend", "ray"], ["'pytorch'", "ray backend", "backend="]),
-    (["render", "{pytorch}", "--backend", "slurm"], ["unknown backend 'slurm'", "native"]),
+    (["render", "{pytorch}", "--backend", "k8s"], ["unknown backend 'k8s'", "native", "local"]),
+    (["render", "{pytorch}", "--backend", "local"], ["local backend makes no Kubernetes objects"]),
     (["render", "{bad_spec}"], ["roles.worker.replicas"]),
 ])
 def test_errors_are_one_line_with_exit_code_2(tmp_path, args, words):

@@ -23,6 +23,7 @@ from dlc_airflow.backends import BackendError, backends_running, get_backend, po
 from dlc_airflow.backends.kubeflow import REPLICA_INDEX
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.local.plan import plan_replicas
+from dlc_airflow.slurm.backend import SlurmBackend
 from dlc_airflow.spec import DLCJob
 
 NAME = "wire-0123abcd-1"
@@ -48,6 +49,8 @@ CASES: dict[str, dict] = {
     "batch": {"type": "batch", "roles": {"worker": 4}},
     "custom": {"type": "custom", "roles": {"trainer": 2}},
     "ray": {"type": "ray", "roles": {"head": 1, "worker": 2}},
+    # a Slurm batch script: no framework wiring (it starts its own srun steps), on Slurm only
+    "slurm": {"type": "slurm", "roles": {"worker": 2}},
 }
 
 # Backends that put our framework wiring into the pods (the others' operators do it).
@@ -79,6 +82,11 @@ def test_the_cases_cover_every_type_and_backend():
     assert {job_of(c).type for c in CASES} == set(JobType)
     assert {b for _, b in PAIRS} == {"native", "jobset", "kubeflow", "trainer", "ray"}
     for case in CASES:  # every case runs somewhere we wire ourselves (ray: on KubeRay)
+        if job_of(case).type is JobType.slurm:
+            from dlc_airflow.registry import backends_running as all_running
+
+            assert "slurm" in all_running(JobType.slurm)  # compared below, with the prelude
+            continue
         assert {b for c, b in PAIRS if c == case} & (WIRED_BY_US | {"ray"}), case
 
 
@@ -213,3 +221,42 @@ def test_wired_env_names_match_the_local_plan(case, backend, tmp_path):
             assert all(n.startswith("DLC_") for n in names), f"{backend} injects {names} itself"
             expected = {n for n in role_local if n.startswith("DLC_")} - KNOWN_GAPS.get(backend, set())
             assert names == expected, f"{case} {role} on {backend}"
+
+
+# -- the slurm backend: what its prelude gives each task (dlc_airflow.slurm.prelude) ----------------
+
+SLURM_CASES = [c for c in CASES if job_of(c).type in SlurmBackend.job_types and job_of(c).type is not JobType.slurm]
+
+
+def test_slurm_cases_cover_its_types():
+    assert {job_of(c).type for c in SLURM_CASES} | {JobType.slurm} == set(SlurmBackend.job_types)
+
+
+@pytest.mark.parametrize("case", SLURM_CASES)
+def test_slurm_prelude_env_and_hostfile_match_the_local_plan(case, tmp_path):
+    """Task k of the srun step gets replica k's env, derived from SLURM_* at run time: the same
+    wired names as the local plan's replica, and the same hostfile (slots per worker line)."""
+    from dlc_airflow.slurm.prelude import plan_task, replicas
+
+    job = job_of(case)
+    plan = local_plan(job, tmp_path)
+    local = local_names(plan)
+    nodes = [f"n{i}" for i in range(len(replicas(job)))]
+    environ = {"PATH": "/usr/bin", "SLURM_PROCID": "0", "RANK": "99", "DLC_SLURM_SPEC": "{}"}
+    for procid, (role, index) in enumerate(replicas(job)):
+        task = plan_task(job, NAME, procid, nodes, lambda node: node, f"/jobs/{NAME}", environ, job_id=42)
+        assert (task.role, task.index) == (role, index)
+        assert {n for n in task.env if wiring.is_wired(n)} == local[role], f"{case} {role}-{index} on slurm"
+        if plan.hostfile is None:
+            assert task.hostfile is None
+        else:
+            assert hostfile_slots(task.hostfile) == hostfile_slots(plan.hostfile)
+            assert task.env["DLC_HOSTFILE"] == task.hostfile_path == f"/jobs/{NAME}/hostfile"
+
+
+def test_slurm_batch_script_gets_no_framework_wiring():
+    from dlc_airflow.slurm.backend import script_env
+
+    env = script_env(job_of("slurm"), NAME, f"/jobs/{NAME}")
+    assert {n for n in env if wiring.is_wired(n)} == {
+        "DLC_JOB_NAME", "DLC_JOB_TYPE", "DLC_ROLE", "DLC_ROLE_REPLICAS", "DLC_ROLE_INDEX", "DLC_OUTPUT_FILE"}

@@ -1,0 +1,106 @@
+"""Which Slurm cluster the slurm tests run against, and helpers to look at it.
+
+Order: DLC_TEST_SLURM_URL (+ DLC_TEST_SLURM_USER, DLC_TEST_SLURM_TOKEN_FILE: a user's own
+cluster) > the local Slurm of scripts/slurm-local (its `env`). Outside CI a cluster that is
+not serving skips the slurm tests with the reason; with CI=true it fails them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlc_airflow.slurm.api import JobRecord
+from dlc_airflow.slurm.client import SlurmClient, SlurmError
+from dlc_airflow.slurm.settings import SlurmSettings
+
+REPO = Path(__file__).resolve().parents[2]
+SLURM_LOCAL = REPO / "scripts" / "slurm-local"
+_LIVE = {"PENDING", "RUNNING", "SUSPENDED", ""}
+
+
+class SlurmUnavailable(Exception):
+    pass
+
+
+@dataclass
+class TestSlurm:
+    url: str
+    user: str
+    token_file: str
+    source: str
+
+    def settings(self, job_root: str | Path, **changes) -> SlurmSettings:
+        base = SlurmSettings(conn_id="test", url=self.url, user=self.user, token_file=self.token_file,
+                             job_root=str(job_root), poll_interval=0.5)
+        return dataclasses.replace(base, **changes)
+
+    def connection(self, job_root: str | Path, **extra) -> str:
+        """An AIRFLOW_CONN_* value (JSON) for a slurm connection to this cluster."""
+        return json.dumps({"conn_type": "slurm", "host": self.url, "login": self.user,
+                           "extra": {"token_file": self.token_file, "job_root": str(job_root),
+                                     "poll_interval": 0.5, **extra}})
+
+    def client(self) -> SlurmClient:
+        return SlurmClient(self.settings("/tmp"))
+
+    def jobs(self, name: str | None = None, prefix: str | None = None) -> list[JobRecord]:
+        records = self.client().jobs()
+        return [r for r in records if (name is None or r.name == name) and (prefix is None or r.name.startswith(prefix))]
+
+    def live(self, name: str | None = None, prefix: str | None = None) -> list[JobRecord]:
+        return [r for r in self.jobs(name, prefix) if r.state in _LIVE]
+
+    def cancel_ours(self) -> None:
+        client = self.client()
+        for record in client.jobs():
+            if record.state in _LIVE and record.comment.startswith("dlc-airflow:"):
+                client.cancel(record.job_id)
+
+
+def acquire_slurm() -> TestSlurm:
+    if os.environ.get("DLC_TEST_SLURM_URL"):
+        found = TestSlurm(os.environ["DLC_TEST_SLURM_URL"], os.environ.get("DLC_TEST_SLURM_USER", "root"),
+                          os.environ.get("DLC_TEST_SLURM_TOKEN_FILE", ""), "DLC_TEST_SLURM_URL")
+        _ping(found)
+        return found
+    try:
+        done = subprocess.run([str(SLURM_LOCAL), "env"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SlurmUnavailable(f"{SLURM_LOCAL} env failed: {exc}") from None
+    env = dict(re.findall(r"^export (\w+)=(.*)$", done.stdout, re.M))
+    if done.returncode != 0 or "DLC_SLURM_URL" not in env:
+        raise SlurmUnavailable(f"the local Slurm is not set up ({done.stderr.strip()}): run scripts/slurm-local up")
+    found = TestSlurm(env["DLC_SLURM_URL"], env["DLC_SLURM_USER"], env["DLC_SLURM_TOKEN_FILE"], "scripts/slurm-local")
+    try:
+        _ping(found)
+    except SlurmUnavailable as exc:
+        if "credentials" not in str(exc):
+            raise
+        subprocess.run([str(SLURM_LOCAL), "token"], capture_output=True, timeout=60, check=False)  # expired: mint
+        _ping(found)
+    return found
+
+
+def _ping(found: TestSlurm) -> None:
+    try:
+        found.client().ping()
+    except SlurmError as exc:
+        raise SlurmUnavailable(f"Slurm ({found.source}) is not serving: {exc}") from None
+
+
+def wait_for(predicate, timeout: float, what: str, every: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
