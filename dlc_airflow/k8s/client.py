@@ -459,13 +459,6 @@ class KubeClient:
                             content_type="application/merge-patch+json",
                             query={"fieldManager": FIELD_MANAGER})
 
-    def replace_status(self, obj: dict) -> dict:
-        """PUT the status subresource (what a controller does; used to test CRD backends)."""
-        kind = kind_of(obj)
-        meta = obj["metadata"]
-        return self.request("PUT", kind.path(self._ns(meta.get("namespace"), kind), meta["name"], "status"),
-                            body=obj)
-
     def watch(self, kind: ResourceKind, namespace: str | None = None, *,
               resource_version: str, labels: dict[str, str] | str | None = None,
               timeout_seconds: int = 300) -> Iterator[tuple[str, dict]]:
