@@ -50,6 +50,11 @@ def _setup(out: Path, keep: bool) -> Path:
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "False",
         "DLC_LINEAGE_ROOT": f"file://{out / 'lineage'}",
         "DLC_LOCAL_ROOT": str(out / "jobs"),
+        # The demo's Airflow is yours, so you are its admin: its jobs mount the DAG's code
+        # folder (read-only) and the lineage folder as host paths, which the default policy
+        # denies (README, Security).
+        "AIRFLOW__DLC_AIRFLOW__POLICY": json.dumps({"host_paths": [
+            {"prefix": str(dags / "retraining")}, {"prefix": str(out / "lineage"), "writable": True}]}),
     })
     print(f"demo: Airflow home {home} (SQLite); migrating the metadata DB...", flush=True)
     airflow = Path(sys.executable).parent / "airflow"

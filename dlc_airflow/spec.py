@@ -416,14 +416,6 @@ class FaultTolerance(_Model):
             )
         return sorted(set(value))
 
-    @model_validator(mode="after")
-    def _codes_need_restarts(self) -> FaultTolerance:
-        # with no restarts, which codes are "retryable" changes nothing: a contradiction
-        if self.retryable_exit_codes and self.max_restarts == 0:
-            raise ValueError(f"retryable_exit_codes {self.retryable_exit_codes} are never retried with max_restarts 0: "
-                             "set max_restarts >= 1, or drop retryable_exit_codes")
-        return self
-
 
 class HealthCheck(_Model):
     """Preflight check (DLC "sanity check"): runs in the job image before the main command."""

@@ -82,7 +82,7 @@ def test_recorded_result_is_taken_when_the_job_is_gone(runner):
 def test_a_half_submitted_job_is_completed_by_the_retry(runner, monkeypatch):
     """Issue 13 4f: a try killed after making the job folder and before starting its
     supervisor leaves a job that would never run; the retry starts it."""
-    def killed(self, name, jobdir):
+    def killed(self, *args, **kwargs):
         raise KeyboardInterrupt("task process killed between the two steps")
 
     with monkeypatch.context() as patch:

@@ -36,7 +36,7 @@ CASES = {
     "custom role too long": ({"type": "custom", "roles": {"abcdefghijk": 1}}, ["roles.abcdefghijk", "10"]),
     "mpi without launcher": ({"type": "mpi", "roles": {"worker": 2}}, ["roles", "launcher"]),
     "ray without head": ({"type": "ray", "roles": {"worker": 2}}, ["roles", "head"]),
-    "unknown type": ({"type": "slurm"}, ["type", "pytorch"]),
+    "unknown type": ({"type": "spark"}, ["type", "pytorch"]),
     # GPUs and resources
     "fractional gpu": ({"resources": {"gpu": 0.5}}, ["resources.gpu", "fractional", "integer"]),
     "fractional gpu as text": ({"resources": {"gpu": "1.5"}}, ["resources.gpu", "whole number"]),
