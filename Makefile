@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: install install-demo cluster lint test test-unit demo clean-cluster benchmarks
+.PHONY: install install-demo cluster slurm lint test test-unit demo clean-cluster clean-slurm benchmarks
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,13 +25,18 @@ install-demo: $(VENV)/.installed-demo
 cluster:
 	scripts/k8s-local up
 
+# Install Debian's Slurm packages if missing (apt) and start a local Slurm: munge, slurmctld,
+# 4 slurmd nodes and slurmrestd (JWT) on this host (~1 s once installed).
+slurm:
+	scripts/slurm-local up
+
 # ruff (lint) and mypy (types: the library, operators, sensors); settings in pyproject.toml
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
 # The test command: lint, then unit, local-backend, cluster and Airflow end-to-end tests.
-test: install-demo lint cluster
+test: install-demo lint cluster slurm
 	$(VENV)/bin/pytest -q -ra
 
 test-unit: install
@@ -40,8 +45,12 @@ test-unit: install
 demo: install-demo
 	$(PY) -m dlc_airflow.demo
 
-benchmarks: install cluster
+benchmarks: install cluster slurm
 	$(PY) benchmarks/notice_latency.py
+	$(PY) benchmarks/slurm_poller.py
 
 clean-cluster:
 	scripts/k8s-local down
+
+clean-slurm:
+	scripts/slurm-local down

@@ -42,6 +42,7 @@ RICH_ROLES = {
     "ray": {"head": 1, "worker": 3},
     "batch": {"worker": 8},
     "custom": {"trainer": 2},
+    "slurm": {"worker": 2},  # a Slurm batch script: every Kubernetes backend refuses it
 }
 TRAINER_ROLES = {"pytorch": {"worker": 3}, "deepspeed": {"worker": 2}, "megatron": {"worker": 4},
                  "mpi": {"launcher": 1, "worker": 4}}

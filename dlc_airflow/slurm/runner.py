@@ -1,0 +1,374 @@
+"""SlurmRunner: the slurm backend behind the runner contract (dlc_airflow.runner.JobRunner).
+
+- identity: the job's Slurm name is its deterministic job name, its comment the task's
+  identity (backend.comment); `find` and `lookup` list the cluster's jobs and read them;
+- submit: adopt this task's job of that name if Slurm has it, refuse another task's
+  (OwnershipError), else submit; two submits racing on one name are settled after the fact
+  (the newer duplicate is cancelled), so one name never has two live jobs;
+- status: GET /job/{id} plus the job folder (replica exit codes, the batch script's result);
+  `follow` shares the cluster's poller (poller.py): one job list per interval for every job
+  the process waits on;
+- logs / outputs: read from the job folder under the connection's job_root (which the
+  Airflow workers must see too; where they do not, waits still work, without logs);
+- stop: scancel (SIGTERM, SIGKILL after Slurm's KillWait); delete: stop, then remove the
+  folder. Slurm keeps the record of a finished job until MinJobAge.
+
+`namespace` on this backend is the partition: JobRef.namespace is the partition the job
+went to, and make_runner's `namespace` a default partition (scheduling.queue wins).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.naming import TaskIdentity
+from dlc_airflow.runner import LogLines, OnStatus, OwnershipError, SubmitError
+from dlc_airflow.slurm import backend as layout
+from dlc_airflow.slurm.api import JobRecord
+from dlc_airflow.slurm.backend import SLURM_KIND, Folder, SlurmBackend, Target, parse_comment, replica_order, with_try
+from dlc_airflow.slurm.client import SlurmClient, SlurmError
+from dlc_airflow.slurm.poller import poller_for
+from dlc_airflow.slurm.settings import SlurmSettings
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobStatus
+
+SLURM = "slurm"
+DEFAULT_CONN_ID = "slurm_default"
+MAX_LOG_READ = 1 << 20
+_LIVE = frozenset({"PENDING", "RUNNING", "SUSPENDED", ""})
+
+
+class SlurmRunner:
+    backend_name = SLURM
+
+    def __init__(self, settings: SlurmSettings, client: SlurmClient | None = None,
+                 partition: str | None = None) -> None:
+        self.settings = settings
+        self.rest = client or SlurmClient(settings)  # (not `client`: that name means Kubernetes elsewhere)
+        self.backend = SlurmBackend()
+        self.target = Target.of(settings)
+        if partition:
+            self.target = Target(**{**self.target.__dict__, "partition": partition})
+        self.namespace = self.target.partition or "default"
+
+    def __repr__(self) -> str:
+        return f"<SlurmRunner {self.settings.url} user={self.settings.user} partition={self.namespace}>"
+
+    # -- refs --------------------------------------------------------------------------
+    def ref(self, job: DLCJob | None, name: str, attempt: int = 1, record: JobRecord | None = None) -> JobRef:
+        partition = (record.partition if record is not None and record.partition else None) or \
+            (job.scheduling.queue if job is not None and job.scheduling.queue else None) or self.namespace
+        return JobRef(name=name, namespace=partition, backend=SLURM, kind=SLURM_KIND, kinds=(SLURM_KIND,),
+                      attempt=attempt, uid=str(record.job_id) if record is not None else "")
+
+    def _ours(self) -> list[tuple[JobRecord, dict[str, Any]]]:
+        out = []
+        for record in self._records():
+            identity = parse_comment(record.comment)
+            if identity is not None:
+                out.append((record, identity))
+        return out
+
+    def _records(self) -> list[JobRecord]:
+        return self.rest.jobs()  # a SlurmError says what failed; `permanent` as a SubmitError's
+
+    def find(self, identity: TaskIdentity, job: DLCJob) -> list[JobRef]:
+        by_name: dict[str, list[JobRecord]] = {}
+        for record, ident in self._ours():
+            if ident.get("task-key") == identity.key:
+                by_name.setdefault(record.name, []).append(record)
+        refs = []
+        for name, records in by_name.items():
+            record = _pick(records)
+            refs.append(self.ref(job, name, _attempt(parse_comment(record.comment) or {}), record))
+        return sorted(refs, key=lambda r: (r.attempt, int(r.uid or 0)))
+
+    def lookup(self, name: str) -> JobRef | None:
+        records = [r for r, _ in self._ours() if r.name == name]
+        if not records:
+            return None
+        record = _pick(records)
+        return self.ref(None, name, _attempt(parse_comment(record.comment) or {}), record)
+
+    # -- submit ------------------------------------------------------------------------
+    def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
+        from dlc_airflow.backends.base import BackendError
+
+        key = identity.key if identity is not None else None
+        same = [(r, i) for r, i in self._ours() if r.name == name]
+        if same:
+            mine = [r for r, i in same if i.get("task-key") == key]
+            if not mine:
+                owner = same[0][1]
+                raise OwnershipError(f"Slurm job {name} (id {same[0][0].job_id}) belongs to task "
+                                     f"{owner.get('dag-id')}.{owner.get('task-id')} of run {owner.get('run-id')}: "
+                                     "not adopting it (give the job another name)")
+            return self.ref(job, name, attempt, _pick(mine)), False
+        try:
+            request = self.backend.render(job, name, identity, attempt, self.target)
+            request = layout.fill_secrets(request, job, _secret_values(job))
+        except BackendError as exc:
+            raise SubmitError(str(exc), permanent=True) from None
+        _make_root(self.target.job_root)
+        try:
+            job_id = self.rest.submit(request)
+        except SlurmError as exc:
+            raise SubmitError(_explain(exc, job, self.target), permanent=exc.permanent) from None
+        record = self._settle_race(name, key, job_id)
+        return self.ref(job, name, attempt, record), record is not None and record.job_id == job_id
+
+    def _settle_race(self, name: str, key: str | None, job_id: int) -> JobRecord | None:
+        """Two tries submitting the same name at once: the oldest live job wins, the others
+        are cancelled (each racer sees the same list, so they agree)."""
+        try:
+            mine = [r for r, i in self._ours() if r.name == name and i.get("task-key") == key]
+        except SlurmError:  # the job is in; who won a race can be told on the next look
+            return JobRecord(job_id=job_id, name=name, state="PENDING")
+        live = sorted((r for r in mine if r.state in _LIVE), key=lambda r: r.job_id)
+        for extra in live[1:]:
+            self.rest.cancel(extra.job_id)
+        if live:
+            return live[0]
+        return next((r for r in mine if r.job_id == job_id), JobRecord(job_id=job_id, name=name, state="PENDING"))
+
+    # -- status ------------------------------------------------------------------------
+    def _record(self, ref: JobRef) -> JobRecord | None:
+        if ref.uid:
+            return self.rest.job(ref.uid)
+        found = self.lookup(ref.name)
+        return self.rest.job(found.uid) if found is not None and found.uid else None
+
+    def status(self, ref: JobRef) -> JobStatus:
+        return self.backend.status(self._record(ref), self.folder(ref.name))
+
+    def status_of(self, ref: JobRef, record: JobRecord | None) -> JobStatus:
+        return self.backend.status(record, self.folder(ref.name))
+
+    def follow(self, ref: JobRef) -> SlurmFollower:
+        return SlurmFollower(self, ref)
+
+    # -- the job folder ----------------------------------------------------------------
+    def jobdir(self, name: str) -> Path:
+        return Path(self.target.jobdir(name))
+
+    def folder(self, name: str) -> Folder:
+        return read_folder(self.jobdir(name))
+
+    def logs(self, ref: JobRef, since: dict[str, Any] | None = None,
+             pods: list[dict] | None = None) -> tuple[LogLines, dict[str, Any]]:
+        offsets = dict(since or {})
+        logs = self.jobdir(ref.name) / layout.LOGS
+        if not logs.is_dir():
+            return [], offsets
+        ended = (self.jobdir(ref.name) / layout.RESULT).exists()
+        lines: LogLines = []
+        for path in sorted(logs.glob("*.log"), key=lambda p: replica_order(p.stem)):
+            replica = path.stem
+            start = int(offsets.get(replica, 0))
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(start)
+                    data = handle.read(MAX_LOG_READ)
+            except OSError:
+                continue
+            if not data:
+                continue
+            # whole lines while the job runs; its last line without a newline once it ended
+            cut = len(data) if (ended and len(data) < MAX_LOG_READ) else data.rfind(b"\n") + 1
+            if cut <= 0:
+                continue
+            lines.extend((replica, line) for line in data[:cut].decode("utf-8", errors="replace").splitlines())
+            offsets[replica] = start + cut
+        return lines, offsets
+
+    def events(self, ref: JobRef, seen: set[str] | None = None) -> list[dict]:
+        return []  # Slurm has no events; what happens to the job is in logs/batch.log
+
+    def outputs(self, ref: JobRef, pods: list[dict] | None = None) -> dict[str, dict]:
+        from dlc_airflow.runtime.metrics import read_outputs
+
+        merged: dict[str, dict] = {"metrics": {}, "outputs": {}}
+        folder = self.jobdir(ref.name) / layout.OUTPUTS
+        if not folder.is_dir():
+            return merged
+        # rank order, so the coordinator (rank 0, first) is merged last and its values win
+        for path in sorted(folder.glob("*.json"), key=lambda p: replica_order(p.stem), reverse=True):
+            doc = read_outputs(path)
+            merged["metrics"].update(doc.get("metrics") or {})
+            merged["outputs"].update(doc.get("outputs") or {})
+        return merged
+
+    def settle(self, ref: JobRef) -> list[str]:
+        return []  # srun's step ends with its last task: nothing of a finished job runs on
+
+    def stop(self, ref: JobRef) -> int:
+        record = self._record(ref)
+        if record is None or record.state not in _LIVE:
+            return 0
+        self.rest.cancel(record.job_id)
+        return 1
+
+    def delete(self, ref: JobRef) -> None:
+        self.stop(ref)
+        jobdir = self.jobdir(ref.name)
+        if jobdir.parent == Path(self.target.job_root) and jobdir.is_dir():
+            shutil.rmtree(jobdir, ignore_errors=True)
+
+    # -- ownership ---------------------------------------------------------------------
+    def claim(self, ref: JobRef, try_number: int) -> None:
+        record = self._record(ref)
+        if record is not None and parse_comment(record.comment) is not None:
+            self.rest.set_comment(record.job_id, with_try(record.comment, try_number))
+
+    def owner_try(self, ref: JobRef) -> int | None:
+        record = self._record(ref)
+        identity = parse_comment(record.comment) if record is not None else None
+        value = (identity or {}).get("try")
+        return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+class SlurmFollower:
+    """A job's status changes, from the cluster's shared poller."""
+
+    def __init__(self, runner: SlurmRunner, ref: JobRef) -> None:
+        self.runner, self.ref = runner, ref
+        self._unsubscribe: Any = None
+        self._last: JobStatus | None = None
+        self._lock = threading.Lock()
+
+    def start(self, on_status: OnStatus) -> None:
+        job_id = self.ref.uid
+        if not job_id:
+            found = self.runner.lookup(self.ref.name)
+            job_id = found.uid if found is not None else ""
+        if not job_id:
+            on_status(self.runner.backend.status(None, self.runner.folder(self.ref.name)), [])
+            return
+
+        def receive(record: JobRecord | None) -> None:
+            status = self.runner.status_of(self.ref, record)
+            with self._lock:
+                if status == self._last:
+                    return
+                self._last = status
+            on_status(status, [])
+
+        self._unsubscribe = poller_for(self.runner.rest).subscribe(int(job_id), receive)
+
+    def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+
+def read_folder(jobdir: Path) -> Folder:
+    """What the job folder says; an empty Folder when this process does not see it."""
+    if not jobdir.is_dir():
+        return Folder()
+    exits: dict[str, int] = {}
+    exit_dir = jobdir / layout.EXITS
+    if exit_dir.is_dir():
+        for path in exit_dir.iterdir():
+            try:
+                exits[path.name] = int(path.read_text().strip())
+            except (OSError, ValueError):
+                continue
+    result = None
+    try:
+        result = json.loads((jobdir / layout.RESULT).read_text())
+    except (OSError, ValueError):
+        pass
+    try:
+        restarts = int((jobdir / layout.RESTARTS).read_text().strip())
+    except (OSError, ValueError):
+        restarts = 0
+    return Folder(visible=True, exits=exits, result=result if isinstance(result, dict) else None,
+                  restarts=restarts, batch_tail=_tail(jobdir / layout.LOGS / f"{layout.BATCH_LOG}.log"))
+
+
+def _tail(path: Path) -> str:
+    """The batch log's last line from Slurm (srun: error: ...), for failure messages."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - 4096))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("[dlc-airflow]")]
+    return lines[-1][:300] if lines else ""
+
+
+def _pick(records: list[JobRecord]) -> JobRecord:
+    """Of the records of one name: the oldest live one, else the newest."""
+    live = sorted((r for r in records if r.state in _LIVE), key=lambda r: r.job_id)
+    return live[0] if live else max(records, key=lambda r: r.job_id)
+
+
+def _attempt(identity: dict[str, Any]) -> int:
+    value = identity.get("attempt")
+    return int(value) if isinstance(value, str) and value.isdigit() else 1
+
+
+def _secret_values(job: DLCJob) -> dict[str, dict[str, str]]:
+    """{where: {NAME: value}} of the job's hidden env (Airflow sources read now)."""
+    from dlc_airflow.secrets import entries, resolve
+
+    out: dict[str, dict[str, str]] = {}
+    for entry in entries(job):
+        if entry.hidden():
+            out.setdefault(entry.where, {})[entry.name] = resolve(entry)
+    return out
+
+
+def _make_root(root: str) -> None:
+    """The job root, made where this process sees the nodes' file system (a shared folder,
+    or the local Slurm); elsewhere the batch script makes the job's folder itself."""
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError:
+        pass
+
+
+def _explain(exc: SlurmError, job: DLCJob, target: Target) -> str:
+    """The daemon's refusal, with the field of the spec or connection it is about."""
+    text = str(exc)
+    if exc.kind == "refused" and "partition" in text.lower():
+        partition, _ = layout.placement(job, target)
+        source = ("scheduling.queue" if job.scheduling.queue else
+                  "the connection's spot_partition" if job.scheduling.spot != "none" and target.spot_partition else
+                  "the connection's extra partition")
+        return f"{text}: partition {partition!r} ({source}) does not exist on this cluster (sinfo lists them)"
+    if exc.kind == "refused" and "node configuration is not available" in text:
+        return (f"{text}: no {job.total_replicas()} nodes of the partition have what each replica asks for "
+                "(one node per replica: check the replicas and resources.cpu / memory / gpu)")
+    if exc.kind == "refused" and "qos" in text.lower():
+        return f"{text}: check scheduling.priority_class (the qos) and the connection's qos / spot_qos"
+    if exc.kind == "refused" and "account" in text.lower():
+        return f"{text}: check the connection's extra account"
+    return text
+
+
+_runners: dict[tuple, SlurmRunner] = {}
+_runners_lock = threading.Lock()
+
+
+def make_runner(conn_id: str | None, namespace: str | None, connection: Any | None = None) -> SlurmRunner:
+    """The runner of a `slurm` connection; `namespace` is a default partition. The
+    Kubernetes default connection id (what a task without conn_id gets) means slurm_default."""
+    from dlc_airflow.slurm.hook import settings_for
+
+    if not conn_id or conn_id == "kubernetes_default":
+        conn_id, connection = DEFAULT_CONN_ID, None
+    settings = settings_for(conn_id, connection)
+    key = (settings, namespace)
+    with _runners_lock:  # one client (and so one poller) per cluster and settings in a process
+        runner = _runners.get(key)
+        if runner is None:
+            runner = _runners[key] = SlurmRunner(settings, partition=namespace)
+        return runner
