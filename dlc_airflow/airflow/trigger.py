@@ -105,7 +105,7 @@ class DLCJobTrigger(BaseTrigger):
                     while not updates.empty():
                         batch.append(updates.get_nowait())
                     now = time.monotonic()
-                    for status, pods in batch:
+                    for status, pods in batch:  # noqa: B007 - the newest pods are used below
                         for line in progress.update(status, now):
                             self.log.info("%s", line)
                             changed = True

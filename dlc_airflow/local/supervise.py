@@ -435,7 +435,7 @@ class Supervisor:
         self.write_identity()
         try:
             return self.supervise()
-        except BaseException as exc:  # never leave replicas without a supervisor
+        except BaseException as exc:  # noqa: BLE001 - never leave replicas without a supervisor
             self.kill_all(1.0)
             if isinstance(exc, JobFailed):
                 return self.finish(JobState.FAILED, exc.reason, exc.message)

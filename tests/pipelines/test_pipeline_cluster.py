@@ -73,7 +73,6 @@ def jobs_by_task(kube) -> dict[str, list[dict]]:
 
 
 def test_pipeline_runs_three_jobs_in_order_with_the_right_uris(kube, k8s_conn, dag_files, tmp_path, monkeypatch):
-    import json
     import os
 
     # the lineage folder is a host path: the admin's policy must allow it (denied by default)
