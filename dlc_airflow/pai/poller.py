@@ -6,33 +6,30 @@ DLC has no watch. Waiting on N jobs with GetJob each would cost N requests per i
 and the workspace's poller asks ListJobs for all of them at once (JobIds=a,b,c, one request
 per `list_page_size` jobs), then hands each job's entry to its followers.
 
-- A new follower wakes the poller, so its first status comes at once (polls stay at least
-  MIN_GAP apart however many followers arrive together).
+- The subscription and the loop are dlc_airflow.polling's (shared with the Slurm poller).
 - Throttling (the API's Throttling.* codes, or a retry-after) doubles the interval up to
   poll_max_interval, honouring retry-after; each good poll halves it back towards the base.
 - A job missing from two answers in a row (deleted, or older than the list's time window)
   is read once with GetJob: its answer, or None for "gone", goes to the followers.
-- The thread ends when nobody follows anything; the next follower starts a new one.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dlc_airflow.pai.client import PaiClient, PaiError
 from dlc_airflow.pai.settings import PaiSettings
+from dlc_airflow.polling import Interest, SharedPoller
 
 log = logging.getLogger(__name__)
 
 # data: the job's ListJobs item / GetJob body (API field names), or None once it is gone
 Receiver = Callable[[dict[str, Any] | None], None]
 
-MIN_GAP = 0.05  # seconds between two polls, whatever wakes the poller
 WINDOW = timedelta(days=7)  # ListJobs filters by creation time: look this far before a job was followed
 MISSES_BEFORE_GET = 2
 
@@ -41,89 +38,37 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class _Interest:
+class _Interest(Interest):
     def __init__(self, since: datetime) -> None:
-        self.receivers: list[Receiver] = []
+        super().__init__()
         self.since = since  # the job exists no earlier than this minus WINDOW
         self.misses = 0
 
 
-class WorkspacePoller:
+class WorkspacePoller(SharedPoller[str, _Interest]):
     def __init__(self, client: PaiClient, settings: PaiSettings, on_idle: Callable[[WorkspacePoller], None] | None = None):
+        super().__init__()
+        self.name = f"pai-poller-{settings.workspace_id}"
         self.client = client
         self.settings = settings
         self.interval = settings.poll_interval
-        self.polls = 0
         self.requests = 0
         self.throttled = 0
-        self._jobs: dict[str, _Interest] = {}
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._on_idle = on_idle
 
-    # -- followers ---------------------------------------------------------------------
-    def subscribe(self, job_id: str, receiver: Receiver) -> Callable[[], None]:
-        with self._lock:
-            interest = self._jobs.setdefault(job_id, _Interest(datetime.now(UTC)))
-            interest.receivers.append(receiver)
-            if self._thread is None or not self._thread.is_alive():
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name=f"dlc-pai-poller-{self.settings.workspace_id}")
-                self._thread.start()
-        self._wake.set()
+    def new_interest(self, job_id: str) -> _Interest:
+        return _Interest(datetime.now(UTC))
 
-        def unsubscribe() -> None:
-            with self._lock:
-                current = self._jobs.get(job_id)
-                if current is not None and receiver in current.receivers:
-                    current.receivers.remove(receiver)
-                    if not current.receivers:
-                        del self._jobs[job_id]
-                idle = not self._jobs
-            if idle:
-                self._stop.set()
-                self._wake.set()
+    def delay(self) -> float:
+        return self.interval
 
-        return unsubscribe
-
-    def following(self) -> list[str]:
-        with self._lock:
-            return list(self._jobs)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    # -- the loop ----------------------------------------------------------------------
-    def _run(self) -> None:
-        last = 0.0
-        while True:
-            self._wake.wait(max(0.0, last + self.interval - time.monotonic()))
-            self._wake.clear()
-            with self._lock:
-                if self._stop.is_set() and not self._jobs:
-                    self._thread = None
-                    break
-            gap = last + MIN_GAP - time.monotonic()
-            if gap > 0:
-                time.sleep(gap)
-            last = time.monotonic()
-            try:
-                self.poll_once()
-            except Exception:  # a wait must survive anything one poll meets
-                log.exception("DLC poller of workspace %s: poll failed", self.settings.workspace_id)
+    def on_idle(self) -> None:
         if self._on_idle is not None:
             self._on_idle(self)
 
     def poll_once(self) -> None:
         """One round: ListJobs for every followed job, GetJob for those missing twice."""
-        with self._lock:
-            wanted = {job_id: interest.since for job_id, interest in self._jobs.items()}
+        wanted = {job_id: interest.since for job_id, interest in self.wanted().items()}
         if not wanted:
             return
         self.polls += 1
@@ -152,7 +97,7 @@ class WorkspacePoller:
                     if interest.misses >= MISSES_BEFORE_GET:
                         missing.append(job_id)
         for job_id, data in seen.items():
-            self._deliver(job_id, data)
+            self.deliver(job_id, data)
         for job_id in missing:
             self._confirm(job_id)
 
@@ -191,17 +136,7 @@ class WorkspacePoller:
                         interest.since = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
                     except ValueError:
                         pass
-        self._deliver(job_id, data)
-
-    def _deliver(self, job_id: str, data: dict[str, Any] | None) -> None:
-        with self._lock:
-            interest = self._jobs.get(job_id)
-            receivers = list(interest.receivers) if interest else []
-        for receiver in receivers:
-            try:
-                receiver(data)
-            except Exception:  # one follower's bug must not starve the others
-                log.exception("DLC poller: a follower of job %s failed", job_id)
+        self.deliver(job_id, data)
 
     def _failed(self, exc: PaiError) -> None:
         if exc.throttled:
