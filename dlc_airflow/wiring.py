@@ -154,18 +154,27 @@ def role_env(
             "DLC_ROLE_INDEX": IndexExpr(),
         }
     )
-    if job.checkpoint:
-        env["DLC_CHECKPOINT_URI"] = job.checkpoint.uri
-        env["DLC_CHECKPOINT_DIR"] = job.checkpoint.container_path() or ""
-        env["DLC_CHECKPOINT_KEEP"] = str(job.checkpoint.keep_last)
-        if job.checkpoint.resume_from:
-            env["DLC_RESUME_FROM"] = job.checkpoint.resume_from
+    env.update(checkpoint_env(job))
     if framework:
         if addr is None:
             raise ValueError("role_env: framework wiring needs an Addressing")
         env.update(_framework_env(job, name, role, addr))
     # The user's env wins over ours: they may know better (e.g. a fixed MASTER_PORT).
     env.update(pod_env(job, name, role) if secret_refs else job.role_env(role))
+    return env
+
+
+def checkpoint_env(job: DLCJob) -> dict[str, str]:
+    """What dlc_airflow.runtime reads about the job's checkpoint (every backend sets it)."""
+    if not job.checkpoint:
+        return {}
+    env = {
+        "DLC_CHECKPOINT_URI": job.checkpoint.uri,
+        "DLC_CHECKPOINT_DIR": job.checkpoint.container_path() or "",
+        "DLC_CHECKPOINT_KEEP": str(job.checkpoint.keep_last),
+    }
+    if job.checkpoint.resume_from:
+        env["DLC_RESUME_FROM"] = job.checkpoint.resume_from
     return env
 
 

@@ -361,12 +361,7 @@ def job_envs(job: DLCJob, name: str) -> dict[str, str]:
     """Job-level Envs: what every replica gets whatever its role (the user's env wins)."""
     env: dict[str, str] = dict(job.type_info.preset_env)
     env.update({"DLC_JOB_NAME": name, "DLC_JOB_TYPE": job.type.value})
-    if job.checkpoint:
-        env["DLC_CHECKPOINT_URI"] = job.checkpoint.uri
-        env["DLC_CHECKPOINT_DIR"] = job.checkpoint.container_path() or ""
-        env["DLC_CHECKPOINT_KEEP"] = str(job.checkpoint.keep_last)
-        if job.checkpoint.resume_from:
-            env["DLC_RESUME_FROM"] = job.checkpoint.resume_from
+    env.update(wiring.checkpoint_env(job))
     if job.type_info.torch:
         env["PET_NNODES"] = str(sum(job.roles[r].replicas for r in wiring.ranked_roles(job)))
         env["PET_NPROC_PER_NODE"] = str(job.nproc_per_node)
