@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Rewrite a controller's upstream webhook configurations for a controller running on this host.
+
+Reads the upstream Mutating/ValidatingWebhookConfigurations as JSON (kubectl's output of the
+module's manifests) on stdin and writes them to stdout with:
+  - clientConfig.service replaced by clientConfig.url https://127.0.0.1:PORT<path>, and the
+    generated CA as caBundle (the API server reaches the controller without a Service);
+  - the configuration renamed `dlc-local-<controller>-<kind>`, so no in-controller cert rotator
+    that looks for the upstream name rewrites our caBundle;
+  - only the webhooks whose path the controller serves in our setup (--path-regex), since a
+    webhook whose path is not served blocks every object it matches.
+Standard library only: `scripts/k8s-local up` runs it before any virtualenv exists.
+"""
+
+import argparse
+import base64
+import json
+import re
+import sys
+
+KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def rewrite(objects: list[dict], controller: str, port: int, ca_bundle: str, path_regex: str) -> list[dict]:
+    keep = re.compile(path_regex)
+    out = []
+    for obj in objects:
+        if obj.get("kind") not in KINDS:
+            continue
+        webhooks = []
+        for hook in obj.get("webhooks", []):
+            service = hook.get("clientConfig", {}).get("service") or {}
+            path = service.get("path", "/")
+            if not keep.search(path):
+                continue
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_bundle}
+            webhooks.append(hook)
+        if not webhooks:
+            continue
+        kind = "mutating" if obj["kind"].startswith("Mutating") else "validating"
+        out.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": obj["kind"],
+                "metadata": {
+                    "name": f"dlc-local-{controller}-{kind}",
+                    "labels": {"dlc-airflow.io/local-controller": controller},
+                },
+                "webhooks": webhooks,
+            }
+        )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--controller", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ca", required=True, help="the CA certificate file (PEM)")
+    parser.add_argument("--path-regex", default=".", help="keep only webhooks whose path matches")
+    args = parser.parse_args()
+    data = json.load(sys.stdin)
+    objects = data["items"] if data.get("kind") == "List" else [data]
+    with open(args.ca, "rb") as f:
+        ca_bundle = base64.b64encode(f.read()).decode()
+    result = rewrite(objects, args.controller, args.port, ca_bundle, args.path_regex)
+    if not result:
+        print(f"k8s-webhooks: no webhook of {args.controller} matched {args.path_regex!r}", file=sys.stderr)
+        return 1
+    json.dump({"apiVersion": "v1", "kind": "List", "items": result}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
