@@ -170,6 +170,8 @@ def test_a_requeued_job_is_restarting_then_runs_again(runner, slurm):
     follower.start(lambda status, pods: seen.append(status))
     try:
         wait_for(lambda: any(s.state is JobState.RUNNING for s in seen), 60, "the job to run")
+        # RUNNING comes with the allocation, before the script prints: requeue after the first run spoke.
+        wait_for(lambda: main_lines(runner, ref) == ["run"], 60, "the first run's output")
         subprocess.run([str(SLURM_LOCAL), "run", "scontrol", "requeue", ref.uid], check=True, timeout=60)
         wait_for(lambda: seen and seen[-1].terminal, 90, "the requeued job to finish")
     finally:
@@ -177,7 +179,11 @@ def test_a_requeued_job_is_restarting_then_runs_again(runner, slurm):
     states = [s.state for s in seen]
     assert JobState.RESTARTING in states and states[-1] is JobState.SUCCEEDED, [s.summary() for s in seen]
     assert seen[-1].restarts == 1
-    assert [line for replica, line in runner.logs(ref)[0] if replica == "main-0"] == ["run", "run"]
+    assert main_lines(runner, ref) == ["run", "run"]
+
+
+def main_lines(runner, ref):
+    return [line for replica, line in runner.logs(ref)[0] if replica == "main-0"]
 
 
 def test_submit_or_adopt_reuses_a_success_and_retries_a_failure(runner, job_root):
