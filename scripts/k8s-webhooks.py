@@ -2,7 +2,7 @@
 """Rewrite a controller's upstream webhook configurations for a controller running on this host.
 
 Reads the upstream Mutating/ValidatingWebhookConfigurations as JSON (kubectl's output of the
-module's manifests) on stdin and writes them to stdout with:
+module's manifests, one object after another or a List) on stdin and writes them to stdout with:
   - clientConfig.service replaced by clientConfig.url https://127.0.0.1:PORT<path>, and the
     generated CA as caBundle (the API server reaches the controller without a Service);
   - the configuration renamed `dlc-local-<controller>-<kind>`, so no in-controller cert rotator
@@ -52,6 +52,18 @@ def rewrite(objects: list[dict], controller: str, port: int, ca_bundle: str, pat
     return out
 
 
+def json_stream(text: str):
+    """The objects of kubectl's JSON output: one object, a List, or objects one after another."""
+    decoder = json.JSONDecoder()
+    at = 0
+    while at < len(text):
+        if text[at].isspace():
+            at += 1
+            continue
+        obj, at = decoder.raw_decode(text, at)
+        yield from obj["items"] if obj.get("kind") == "List" else [obj]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--controller", required=True)
@@ -59,8 +71,7 @@ def main() -> int:
     parser.add_argument("--ca", required=True, help="the CA certificate file (PEM)")
     parser.add_argument("--path-regex", default=".", help="keep only webhooks whose path matches")
     args = parser.parse_args()
-    data = json.load(sys.stdin)
-    objects = data["items"] if data.get("kind") == "List" else [data]
+    objects = list(json_stream(sys.stdin.read()))
     with open(args.ca, "rb") as f:
         ca_bundle = base64.b64encode(f.read()).decode()
     result = rewrite(objects, args.controller, args.port, ca_bundle, args.path_regex)
