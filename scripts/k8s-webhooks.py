@@ -5,8 +5,8 @@ Reads the upstream Mutating/ValidatingWebhookConfigurations as JSON (kubectl's o
 module's manifests, one object after another or a List) on stdin and writes them to stdout with:
   - clientConfig.service replaced by clientConfig.url https://127.0.0.1:PORT<path>, and the
     generated CA as caBundle (the API server reaches the controller without a Service);
-  - the configuration renamed `dlc-local-<controller>-<kind>`, so no in-controller cert rotator
-    that looks for the upstream name rewrites our caBundle;
+  - the configuration renamed `dlc-local-<controller>-<kind>`, or --name (a controller whose
+    cert rotator cannot be turned off waits until it finds its configuration by name);
   - only the webhooks whose path the controller serves in our setup (--path-regex), since a
     webhook whose path is not served blocks every object it matches.
 Standard library only: `scripts/k8s-local up` runs it before any virtualenv exists.
@@ -21,7 +21,9 @@ import sys
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def rewrite(objects: list[dict], controller: str, port: int, ca_bundle: str, path_regex: str) -> list[dict]:
+def rewrite(
+    objects: list[dict], controller: str, port: int, ca_bundle: str, path_regex: str, name: str | None = None
+) -> list[dict]:
     keep = re.compile(path_regex)
     out = []
     for obj in objects:
@@ -43,7 +45,7 @@ def rewrite(objects: list[dict], controller: str, port: int, ca_bundle: str, pat
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": obj["kind"],
                 "metadata": {
-                    "name": f"dlc-local-{controller}-{kind}",
+                    "name": name or f"dlc-local-{controller}-{kind}",
                     "labels": {"dlc-airflow.io/local-controller": controller},
                 },
                 "webhooks": webhooks,
@@ -70,11 +72,15 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--ca", required=True, help="the CA certificate file (PEM)")
     parser.add_argument("--path-regex", default=".", help="keep only webhooks whose path matches")
+    parser.add_argument("--name", help="the configuration's name (one configuration only)")
     args = parser.parse_args()
     objects = list(json_stream(sys.stdin.read()))
     with open(args.ca, "rb") as f:
         ca_bundle = base64.b64encode(f.read()).decode()
-    result = rewrite(objects, args.controller, args.port, ca_bundle, args.path_regex)
+    result = rewrite(objects, args.controller, args.port, ca_bundle, args.path_regex, args.name)
+    if args.name and len(result) > 1:
+        print(f"k8s-webhooks: --name given, but {args.controller} has {len(result)} configurations", file=sys.stderr)
+        return 1
     if not result:
         print(f"k8s-webhooks: no webhook of {args.controller} matched {args.path_regex!r}", file=sys.stderr)
         return 1

@@ -214,7 +214,7 @@ def jobset_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
     if cond := condition(obj, "Completed"):
         return JobStatus(
             state=JobState.SUCCEEDED,
-            reason=cond.get("reason") or reasons.COMPLETED,
+            reason=reasons.COMPLETED,  # not JobSet's AllJobsCompleted
             message=cond.get("message") or "",
             finished=latest([condition_time(obj, "Completed")]),
             **base,

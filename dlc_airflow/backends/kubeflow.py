@@ -276,7 +276,8 @@ def kubeflow_status(obj: dict) -> JobStatus:
         return failed.model_copy(update={"reason": failure_reason(cond, replica_specs)})
     if cond := condition(obj, "Succeeded"):
         finished = latest([st.get("completionTime") or cond.get("lastTransitionTime")])
-        return result(JobState.SUCCEEDED, "Succeeded", cond, finished=finished, restarts=failed_pods)
+        succeeded = result(JobState.SUCCEEDED, reasons.COMPLETED, cond, finished=finished, restarts=failed_pods)
+        return succeeded.model_copy(update={"reason": reasons.COMPLETED})  # not the operator's <Kind>Succeeded
     if cond := condition(obj, "Suspended"):
         return result(JobState.QUEUED, reasons.SUSPENDED, cond).model_copy(update={"reason": reasons.SUSPENDED})
     if cond := condition(obj, "Restarting"):

@@ -164,7 +164,7 @@ def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
 
     if deployment == "Complete":
         if job_status == "SUCCEEDED":
-            return JobStatus(state=JobState.SUCCEEDED, reason="Succeeded", message=message, finished=finished, **base)
+            return JobStatus(state=JobState.SUCCEEDED, reason=reasons.COMPLETED, message=message, finished=finished, **base)
         if job_status == "STOPPED":
             return JobStatus(state=JobState.STOPPED, reason=reasons.STOPPED, message=message or "the Ray job was stopped", finished=finished, **base)
         return JobStatus(state=JobState.FAILED, reason=failure_reason(reason or "AppFailed"),

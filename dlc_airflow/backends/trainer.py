@@ -10,14 +10,17 @@ the MPI hostfile and ssh keys).
 | pytorch, megatron                  | torch-distributed     | workers    | worker         |
 | deepspeed (launcher torchrun)      | torch-distributed     | workers    | worker         |
 | deepspeed (launcher mpi)           | deepspeed-distributed | workers    | worker         |
-| mpi                                | mpi-distributed       | workers    | launcher       |
+| mpi                                | (none upstream)       | workers    | launcher       |
 
-Only single-node-role shapes map: identical worker nodes, no master (node 0 is rank 0), for
+Trainer v2.3.0 ships no MPI runtime: `mpi` runs only with one the cluster's admin installed,
+named with `TrainerBackend(runtimes={"mpi": ...})`; otherwise it is refused. Only
+single-node-role shapes map: identical worker nodes, no master (node 0 is rank 0), for
 MPI the runtime's launcher plus worker nodes (the runtime's workers run sshd, so
 roles.worker.command is not used). Runtime names can be overridden:
 `TrainerBackend(runtimes={"pytorch": "my-torch-runtime"})`.
 
-Pod-level settings go through `spec.runtimePatches` (manager "dlc-airflow"): labels,
+Pod-level settings go through `spec.runtimePatches` (manager "dlc-airflow.io/manager"; the
+webhook wants a domain-prefixed name): labels,
 annotations, nodeSelector, tolerations, affinity, volumes, service account, and env/volume
 mounts of the trainer container. TrainJob v1alpha1 cannot express init containers, a
 priority class, restart limits or retryable exit codes: jobs using code, health_check,
@@ -50,6 +53,7 @@ from dlc_airflow.backends.base import (
     pod_role_counts,
     queue_labels,
     suggest,
+    unsupported_type,
 )
 from dlc_airflow.backends.jobset import JOBSET_FAILURE_REASONS
 from dlc_airflow.backends.podspec import (
@@ -68,7 +72,7 @@ from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
 RUNTIME_GROUP = "trainer.kubeflow.org"
 RUNTIME_KIND = "ClusterTrainingRuntime"
-PATCH_MANAGER = "dlc-airflow"
+PATCH_MANAGER = "dlc-airflow.io/manager"
 # The upstream runtimes run the trainer in container "node" of replicatedJob "node"; MPI
 # runtimes add a replicatedJob "launcher" (with a container "node" too).
 TRAINER_CONTAINER = "node"
@@ -80,13 +84,16 @@ DEFAULT_RUNTIMES: dict[str, str] = {
     "megatron": "torch-distributed",
     "deepspeed": "torch-distributed",
     "deepspeed-mpi": "deepspeed-distributed",
-    "mpi": "mpi-distributed",
 }
+# Env the runtime's plugins own: Trainer's webhook refuses a TrainJob that sets them.
+RESERVED_ENV_PREFIXES = ("PET_", "OMPI_MCA_")
+
 
 
 class TrainerBackend(Backend):
     name = "trainer"
-    job_types = frozenset({JobType.pytorch, JobType.deepspeed, JobType.megatron, JobType.mpi})
+    # and mpi, given a runtime (check)
+    job_types = frozenset({JobType.pytorch, JobType.deepspeed, JobType.megatron})
     refusal = "no Kubeflow Trainer runtime for it"
 
     def __init__(self, runtimes: dict[str, str] | None = None):
@@ -100,6 +107,14 @@ class TrainerBackend(Backend):
 
     def runtime_name(self, job: DLCJob) -> str:
         return self.runtimes[self._runtime_key(job)]
+
+    def check(self, job: DLCJob) -> None:
+        if job.type is JobType.mpi:  # only on a runtime the cluster's admin installed
+            if "mpi" not in self.runtimes:
+                raise unsupported_type("mpi", self.name, "Kubeflow Trainer v2.3.0 ships no MPI runtime; name the "
+                                       "cluster's with TrainerBackend(runtimes={'mpi': ...})")
+            return self.check_options(job)
+        super().check(job)
 
     @staticmethod
     def _is_mpi(job: DLCJob) -> bool:
@@ -129,6 +144,9 @@ class TrainerBackend(Backend):
             problems.append("fault_tolerance.max_restarts/retryable_exit_codes")
         if job.type is JobType.mpi and job.role_image("worker") != job.role_image("launcher"):
             problems.append("a worker image other than the launcher's (the runtime's nodes share the trainer image)")
+        reserved = sorted({k for role in job.roles for k in job.role_env(role) if k.startswith(RESERVED_ENV_PREFIXES)})
+        if reserved:
+            problems.append(f"env {', '.join(reserved)} (set by the runtime)")
         if problems:
             raise BackendError(
                 f"trainer backend: TrainJob v1alpha1 cannot express {', '.join(problems)} of this {t} job; "
@@ -233,7 +251,7 @@ def trainjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
         return JobStatus(state=JobState.FAILED, reason=JOBSET_FAILURE_REASONS.get(reason, reason),
                          message=cond.get("message") or "", finished=latest([cond.get("lastTransitionTime")]), **base)
     if cond := condition(obj, "Complete"):
-        return JobStatus(state=JobState.SUCCEEDED, reason=cond.get("reason") or "Complete",
+        return JobStatus(state=JobState.SUCCEEDED, reason=reasons.COMPLETED,
                          message=cond.get("message") or "", finished=latest([cond.get("lastTransitionTime")]), **base)
     if (cond := condition(obj, "Suspended")) or spec.get("suspend"):
         return JobStatus(state=JobState.QUEUED, reason=reasons.SUSPENDED,

@@ -35,7 +35,7 @@ SUPPORT = {
     "native": {"pytorch", "deepspeed", "megatron", "tensorflow", "mpi", "xgboost", "batch", "custom"},
     "jobset": {"pytorch", "deepspeed", "megatron", "tensorflow", "mpi", "xgboost", "batch", "custom"},
     "kubeflow": {"pytorch", "deepspeed", "megatron", "tensorflow", "mpi", "xgboost"},
-    "trainer": {"pytorch", "deepspeed", "megatron", "mpi"},
+    "trainer": {"pytorch", "deepspeed", "megatron"},  # mpi: only with a runtime the admin installed
     "ray": {"ray"},
     "local": {t.value for t in JobType} - {"slurm"},  # every type as local processes, but a Slurm batch script
     "slurm": {"pytorch", "deepspeed", "megatron", "mpi", "xgboost", "batch", "custom", "slurm"},
@@ -243,8 +243,10 @@ def test_kinds_and_primary():
     objects = native.render(mpi, NAME)
     assert objects[0]["metadata"]["name"] == f"{NAME}-launcher"  # the coordinator's Job first
     assert {o["kind"] for o in objects} == {k.kind for k in native.kinds(mpi)}
+    backends = {"kubeflow": get_backend("kubeflow"), "jobset": get_backend("jobset"),
+                "trainer": TrainerBackend(runtimes={"mpi": "site-mpi"})}
     for backend, kind in (("kubeflow", "MPIJob"), ("jobset", "JobSet"), ("trainer", "TrainJob")):
-        b = get_backend(backend)
+        b = backends[backend]
         objs = b.render(mpi, NAME)
         assert objs[0]["kind"] == kind == b.kind(mpi).kind
         assert objs[0]["apiVersion"] == b.kind(mpi).api_version
@@ -719,13 +721,26 @@ def test_trainer_runtime_and_trainer_fields():
     names = {e["name"] for e in t["env"]}
     assert "DLC_JOB_NAME" in names and "MASTER_ADDR" not in names  # the runtime wires torchrun
     runtimes = {jt: render("trainer", make(jt, TRAINER_ROLES[jt]))[0]["spec"]["runtimeRef"]["name"]
-                for jt in TRAINER_ROLES}
+                for jt in TRAINER_ROLES if jt != "mpi"}
     assert runtimes == {"pytorch": "torch-distributed", "deepspeed": "torch-distributed",
-                        "megatron": "torch-distributed", "mpi": "mpi-distributed"}
+                        "megatron": "torch-distributed"}
     ds = render("trainer", make("deepspeed", {"worker": 2}, launcher="mpi"))[0]
     assert ds["spec"]["runtimeRef"]["name"] == "deepspeed-distributed"
-    mpi = render("trainer", make("mpi", {"launcher": {"replicas": 1, "command": ["mpirun", "x"]}, "worker": 3}))[0]
+    # Trainer v2.3.0 ships no MPI runtime: mpi runs only on one the admin names
+    mpi_job = make("mpi", {"launcher": {"replicas": 1, "command": ["mpirun", "x"]}, "worker": 3})
+    with pytest.raises(BackendError, match=r"ships no MPI runtime.*runtimes=\{'mpi'"):
+        render("trainer", mpi_job)
+    mpi = TrainerBackend(runtimes={"mpi": "site-mpi"}).render(mpi_job, NAME, IDENTITY, ATTEMPT)[0]
+    assert mpi["spec"]["runtimeRef"]["name"] == "site-mpi"
     assert mpi["spec"]["trainer"]["command"] == ["mpirun", "x"] and mpi["spec"]["trainer"]["numNodes"] == 3
+
+
+def test_trainer_refuses_what_its_webhooks_would():
+    """Trainer's webhook refuses env its runtimes own, and a patch manager without a domain."""
+    with pytest.raises(BackendError, match="env PET_NNODES, PET_X"):
+        render("trainer", make("pytorch", {"worker": 2}, env={"PET_NNODES": "3", "PET_X": "1"}))
+    patch = render("trainer", make("pytorch", {"worker": 2}))[0]["spec"]["runtimePatches"][0]
+    assert "/" in patch["manager"]  # the webhook requires a domain-prefixed manager name
 
 
 def test_trainer_runtime_override():
@@ -751,7 +766,7 @@ def test_trainer_refuses_what_it_cannot_express(kw, what):
 def test_trainer_pod_patches():
     obj = render("trainer", full_job("pytorch", "trainer"))[0]
     patch = obj["spec"]["runtimePatches"][0]
-    assert patch["manager"] == "dlc-airflow"
+    assert patch["manager"] == "dlc-airflow.io/manager"
     (rj,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     assert rj["name"] == "node"
     pod = rj["template"]["spec"]["template"]

@@ -408,7 +408,7 @@ def a_rayjob(deployment, job_status="", **status):
     ("Initializing", "", {}, JobState.PENDING, "Initializing"),
     ("Running", "PENDING", {}, JobState.PENDING, None),
     ("Running", "RUNNING", {}, JobState.RUNNING, "Running"),
-    ("Complete", "SUCCEEDED", {"endTime": T3, "succeeded": 1}, JobState.SUCCEEDED, "Succeeded"),
+    ("Complete", "SUCCEEDED", {"endTime": T3, "succeeded": 1}, JobState.SUCCEEDED, reasons.COMPLETED),
     ("Complete", "FAILED", {"endTime": T3, "reason": "AppFailed", "message": "Job entrypoint command failed with exit code 1"},
      JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED),
     ("Failed", "FAILED", {"endTime": T3, "reason": "AppFailed", "message": "Job entrypoint command failed with exit code 1",

@@ -162,7 +162,7 @@ def rendered_hostfile(backend: str, job: DLCJob, objects: list[dict]) -> list[in
         return [primary["spec"]["slotsPerWorker"]] * workers
     if primary["kind"] == "TrainJob":  # MPI runtimes write it from numProcPerNode x numNodes
         trainer = primary["spec"]["trainer"]
-        mpi = primary["spec"]["runtimeRef"]["name"] in ("mpi-distributed", "deepspeed-distributed")
+        mpi = primary["spec"]["runtimeRef"]["name"] == "deepspeed-distributed"
         return [trainer["numProcPerNode"]] * trainer["numNodes"] if mpi else None
     maps = [o for o in objects if o["kind"] == "ConfigMap"]
     if not maps:
