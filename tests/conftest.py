@@ -45,6 +45,21 @@ def admin(cluster):
     return cluster.admin()
 
 
+@pytest.fixture(scope="session")
+def controllers(cluster):
+    """The job controllers of the local control plane (Kueue, JobSet, Training Operator, Trainer,
+    KubeRay), all running: in CI a missing one fails the test, elsewhere it skips."""
+    from tests.support.cluster import controllers_running
+
+    missing = [name for name, up in controllers_running().items() if not up]
+    if missing:
+        message = f"controllers not running: {', '.join(missing)} (scripts/k8s-local up runs them; see DLC_K8S_CONTROLLERS)"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return cluster
+
+
 @pytest.fixture
 def namespace(cluster, admin):
     """A fresh namespace where the restricted identity holds dlc-airflow's Role."""
@@ -64,5 +79,5 @@ def kube(cluster, namespace):
 def pytest_collection_modifyitems(config, items):
     # Tests that need a cluster carry the `cluster` marker, whatever fixture brings it.
     for item in items:
-        if {"cluster", "kube", "admin", "namespace"} & set(getattr(item, "fixturenames", ())):
+        if {"cluster", "kube", "admin", "namespace", "controllers"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.cluster)

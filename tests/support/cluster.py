@@ -257,3 +257,25 @@ CLUSTER_SCOPED = {
                                              "customresourcedefinitions", namespaced=False),
     "ClusterRole": ResourceKind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", namespaced=False),
 }
+
+
+K8S_CONTROLLERS = REPO / "scripts" / "k8s-controllers"
+CONTROLLERS = ("kueue", "jobset", "training-operator", "trainer", "kuberay")
+
+
+def controllers_running() -> dict[str, bool]:
+    """Which of the local control plane's job controllers run (scripts/k8s-controllers status)."""
+    out = subprocess.run([str(K8S_CONTROLLERS), "status"], capture_output=True, text=True, timeout=30).stdout
+    running = {line.split()[0]: ": running" in line for line in out.splitlines() if line.strip()}
+    return {name: running.get(name, False) for name in CONTROLLERS}
+
+
+def create_local_queues(admin: KubeClient, namespace: str) -> None:
+    """Kueue LocalQueues team-a and team-b (k8s/cluster/kueue.yaml's ClusterQueues) in a namespace."""
+    from dlc_airflow.k8s.kinds import ResourceKind as Kind
+
+    local_queue = Kind("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues")
+    for team in ("team-a", "team-b"):
+        admin.request("POST", local_queue.path(namespace), body={
+            "apiVersion": local_queue.api_version, "kind": "LocalQueue",
+            "metadata": {"name": team, "namespace": namespace}, "spec": {"clusterQueue": team}})

@@ -1,0 +1,229 @@
+"""The CRD backends through their real controllers on the local control plane.
+
+Kueue, JobSet, the Training Operator, Trainer and KubeRay run beside the API server
+(scripts/k8s-controllers), built from the module versions in scripts/k8s-versions.env, with
+their admission webhooks registered; kwok runs the pods they create. KubeRay reads a RayJob's
+state from the Ray head's job API, which cannot run here: scripts/ray-dashboard-standin.py
+answers for it from the submitter pod, strictly (any other request is recorded and fails
+test_the_ray_head_stand_in_saw_only_kuberays_requests).
+
+1. The CRDs in k8s/crds are the controllers' own, and every controller serves its webhooks.
+2. Every (type, backend) pair the CRD backends support runs to SUCCEEDED: the controller makes
+   the pods, and our status is read from the controller's own status.
+"""
+
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+import pytest
+
+from dlc_airflow import reasons
+from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.client import KubeError
+from dlc_airflow.k8s.kinds import JOB, JOBSET, POD, PYTORCH_JOB, TRAIN_JOB, ResourceKind
+from dlc_airflow.k8s.runner import KubeRunner
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobState, condition
+from tests.cluster.polling import wait_all_terminal
+from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, RICH_ROLES, SUPPORTED, TRAINER_ROLES, unique_name
+from tests.support.cluster import REPO, create_test_namespace, delete_namespace
+
+CRD_BACKENDS = ("kubeflow", "trainer", "jobset", "ray")
+PAIRS = [(t, b) for t, b in SUPPORTED if b in CRD_BACKENDS]
+CACHE = Path.home() / ".cache" / "dlc-airflow" / "k8s"
+# k8s/crds/<folder>: the controller and where its module keeps the CRDs (scripts/k8s-build crds)
+CRD_SOURCES = {
+    "kueue": ("kueue", "config/components/crd/bases"),
+    "jobset": ("jobset", "config/components/crd/bases"),
+    "kubeflow-v1": ("training-operator", "config/base/crds"),
+    "kubeflow-trainer-v2": ("trainer", "config/base/crds"),
+    "kuberay": ("kuberay", "config/crd/bases"),
+}
+VERSION_KEYS = {"kueue": "KUEUE_VERSION", "jobset": "JOBSET_VERSION", "training-operator": "TRAINING_OPERATOR_VERSION",
+                "trainer": "TRAINER_VERSION", "kuberay": "KUBERAY_VERSION"}
+MUTATING = ResourceKind("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+                        "mutatingwebhookconfigurations", namespaced=False)
+VALIDATING = ResourceKind("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
+                          "validatingwebhookconfigurations", namespaced=False)
+RAY_CLUSTER = ResourceKind("ray.io/v1", "RayCluster", "rayclusters")
+CLUSTER_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
+
+
+def versions() -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in (REPO / "scripts" / "k8s-versions.env").read_text().splitlines()
+             if "=" in line and not line.startswith("#"))
+    return {key: value for key, value in pairs}
+
+
+# -- 1. the controllers and their webhooks ------------------------------------------------------
+
+
+def test_the_crds_are_the_controllers_own(controllers):
+    pinned = versions()
+    for folder, (controller, source) in CRD_SOURCES.items():
+        upstream = CACHE / f"{controller}-{pinned[VERSION_KEYS[controller]]}" / source
+        ours = REPO / "k8s" / "crds" / folder
+        names = sorted(p.name for p in upstream.glob("*.yaml") if p.name != "kustomization.yaml")
+        assert names and names == sorted(p.name for p in ours.glob("*.yaml")), (folder, names)
+        _, mismatch, errors = filecmp.cmpfiles(upstream, ours, names, shallow=False)
+        assert mismatch == errors == [], f"k8s/crds/{folder} differs from {controller}'s: run scripts/k8s-build crds"
+
+
+def test_every_controller_serves_its_webhooks_on_this_host(controllers, admin):
+    configs = admin.list(MUTATING)[0] + admin.list(VALIDATING)[0]
+    ours = [c for c in configs if "dlc-airflow.io/local-controller" in (c["metadata"].get("labels") or {})]
+    by_controller: dict[str, set[str]] = {}
+    for config in ours:
+        for hook in config["webhooks"]:
+            assert hook["clientConfig"]["url"].startswith("https://127.0.0.1:"), hook["name"]
+            assert hook["clientConfig"]["caBundle"] and "service" not in hook["clientConfig"]
+        by_controller.setdefault(config["metadata"]["labels"]["dlc-airflow.io/local-controller"], set()).add(
+            config["kind"])
+    assert by_controller == {
+        "kueue": {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"},
+        "jobset": {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"},
+        "training-operator": {"ValidatingWebhookConfiguration"},
+        "trainer": {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"},
+        "kuberay": {"ValidatingWebhookConfiguration"},
+    }
+
+
+@pytest.fixture
+def webhook_namespace(controllers, admin):
+    ns = create_test_namespace(admin, prefix="wh")
+    yield ns
+    delete_namespace(admin, ns)
+
+
+def refused(admin, kind: ResourceKind, namespace: str, obj: dict) -> str:
+    """The API server's answer to creating `obj` (it must refuse it)."""
+    path = kind.path(namespace if kind.namespaced else None)
+    with pytest.raises(KubeError) as err:
+        admin.request("POST", path, body=obj)
+    return str(err.value)
+
+
+def test_the_validating_webhooks_refuse_what_the_controllers_would(webhook_namespace, admin):
+    """Each controller's own validation answers: objects the CRD schema accepts are refused by
+    the controller's webhook, with its message."""
+    meta = {"name": "bad"}
+    container = {"name": "not-pytorch", "image": IMAGE}
+    # Training Operator: the replica's container must be named pytorch
+    text = refused(admin, PYTORCH_JOB, webhook_namespace, {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {"containers": [container]}}}}}})
+    assert "validator.pytorchjob.training-operator.kubeflow.org" in text and "pytorch" in text
+    # Trainer: the runtime must exist
+    text = refused(admin, TRAIN_JOB, webhook_namespace, {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": meta,
+        "spec": {"runtimeRef": {"name": "no-such-runtime"}}})
+    assert "trainer.kubeflow.org" in text and "no-such-runtime" in text
+    # JobSet: failure policy rules take only the Job failure reasons it knows
+    text = refused(admin, JOBSET, webhook_namespace, {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
+        "spec": {"failurePolicy": {"rules": [{"name": "r", "action": "FailJobSet", "onJobFailureReasons": ["Nope"]}]},
+                 "replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {
+                     "restartPolicy": "Never", "containers": [{"name": "c", "image": IMAGE}]}}}}}]}})
+    assert "vjobset.kb.io" in text and "Nope" in text
+    # KubeRay: a RayCluster's worker groups need distinct names
+    group = {"groupName": "g", "replicas": 1, "rayStartParams": {},
+             "template": {"spec": {"containers": [{"name": "ray-worker", "image": IMAGE}]}}}
+    text = refused(admin, RAY_CLUSTER, webhook_namespace, {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta,
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+            {"name": "ray-head", "image": IMAGE}]}}}, "workerGroupSpecs": [group, group]}})
+    assert "vraycluster.kb.io" in text
+    # Kueue: a ClusterQueue may borrow only inside a cohort
+    text = refused(admin, CLUSTER_QUEUE, webhook_namespace, {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "bad-cq"},
+        "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": "on-demand", "resources": [
+            {"name": "cpu", "nominalQuota": "1", "borrowingLimit": "1"}]}]}]}})
+    assert "borrowingLimit" in text
+
+
+def test_the_defaulting_webhooks_default_what_we_left_out(webhook_namespace, admin, cluster):
+    """Kueue suspends a queued Job at creation (its mutating webhook); JobSet's webhook fills
+    in the startup policy we do not set."""
+    kube = cluster.restricted(webhook_namespace)
+    job = DLCJob(type="batch", image=IMAGE, command=list(COMMAND), roles={"worker": 1})
+    native = get_backend("native")
+    obj = next(o for o in native.render(job, unique_name("kq"), IDENTITY, 1) if o["kind"] == JOB.kind)
+    obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team-a"
+    obj["spec"]["suspend"] = False
+    created = kube.create(obj)
+    assert created["spec"]["suspend"] is True  # Kueue's webhook, not us
+    assert created["kind"] == JOB.kind
+    js_runner = KubeRunner(kube, get_backend("jobset"))
+    ref, _ = js_runner.submit(job, unique_name("js"), IDENTITY, 1)
+    stored = kube.get(JOBSET, ref.name)
+    assert stored["spec"]["startupPolicy"] == {"startupPolicyOrder": "AnyOrder"}
+
+
+# -- 2. every pair to SUCCEEDED through its controller ------------------------------------------
+
+
+def roles_for(job_type: str, backend: str) -> dict:
+    if backend == "trainer":
+        return TRAINER_ROLES[job_type]
+    return RICH_ROLES[job_type] if job_type != "ray" else {"head": 1, "worker": 2}
+
+
+@pytest.fixture(scope="module")
+def finished(controllers, admin):
+    """Every pair submitted at once as the restricted identity, run to its end."""
+    ns = create_test_namespace(admin, prefix="ctl")
+    kube = controllers.restricted(ns)
+    runners = {backend: KubeRunner(kube, get_backend(backend)) for backend in CRD_BACKENDS}
+    refs = {}
+    try:
+        for job_type, backend in PAIRS:
+            job = DLCJob(type=job_type, image=IMAGE, command=list(COMMAND), roles=roles_for(job_type, backend))
+            name = unique_name(f"{job_type[:5]}-{backend[:4]}")
+            refs[(job_type, backend)], _ = runners[backend].submit(job, name, IDENTITY, 1)
+        statuses = {}
+        for backend, runner in runners.items():
+            mine = {f"{t}-{b}": ref for (t, b), ref in refs.items() if b == backend}
+            done = wait_all_terminal(runner, mine, timeout=180)
+            statuses.update({(t, b): done[f"{t}-{b}"] for (t, b) in refs if b == backend})
+        yield kube, admin, refs, statuses
+    finally:
+        delete_namespace(admin, ns)
+
+
+# What each controller says of a success, in its own status.
+def controller_says_succeeded(backend: str, obj: dict) -> bool:
+    st = obj.get("status") or {}
+    if backend == "kubeflow":
+        return condition(obj, "Succeeded") is not None
+    if backend == "jobset":
+        return condition(obj, "Completed") is not None and st.get("terminalState") == "Completed"
+    if backend == "trainer":
+        return condition(obj, "Complete") is not None
+    return st.get("jobStatus") == "SUCCEEDED" and st.get("jobDeploymentStatus") == "Complete"
+
+
+# Who owns the pods: the controller's objects, never ours directly (but the Training Operator's).
+POD_OWNERS = {"kubeflow": {"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob"}, "jobset": {"Job"}, "trainer": {"Job"},
+              "ray": {"Job", "RayCluster"}}
+
+
+@pytest.mark.parametrize("job_type, backend", PAIRS, ids=[f"{t}-{b}" for t, b in PAIRS])
+def test_every_pair_succeeds_through_its_controller(finished, job_type, backend):
+    kube, admin, refs, statuses = finished
+    ref, status = refs[(job_type, backend)], statuses[(job_type, backend)]
+    assert (status.state, status.reason) == (JobState.SUCCEEDED, reasons.COMPLETED), status.summary()
+    primary = kube.get(ref.kind, ref.name)
+    assert controller_says_succeeded(backend, primary), primary.get("status")
+    pods = [p for p in admin.list(POD, kube.namespace)[0] if p["metadata"]["name"].startswith(ref.name)]
+    assert pods, "the controller made no pods"
+    owners = {o["kind"] for p in pods for o in p["metadata"].get("ownerReferences") or []}
+    assert owners and owners <= POD_OWNERS[backend], owners
+    assert all(p["status"]["phase"] in ("Succeeded", "Running", "Pending") for p in pods)
+
+
+def test_the_ray_head_stand_in_saw_only_kuberays_requests(finished, cluster):
+    violations = Path(cluster.local_workdir or "") / "logs" / "ray-dashboard-standin.violations"
+    assert violations.exists(), violations
+    assert violations.read_text() == ""
