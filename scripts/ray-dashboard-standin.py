@@ -39,13 +39,16 @@ class Cluster:
         return json.loads(out.stdout)
 
     def submitter_pod(self, namespace: str, submission_id: str) -> dict | None:
-        """The newest pod of the submitter Job of the RayJob whose submission id this is."""
+        """The pod of the RayJob's submitter Job that submitted this job: a Ray job runs once per
+        submission id, so the first pod that ended decided it (a retried submitter's `ray job
+        submit` of the same id changes nothing); else the running one."""
         for rayjob in self.get("rayjobs.ray.io", "-n", namespace)["items"]:
             if rayjob.get("status", {}).get("jobId") == submission_id or rayjob["spec"].get("jobId") == submission_id:
                 name = rayjob["metadata"]["name"]
                 pods = self.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={name}")["items"]
                 pods.sort(key=lambda p: p["metadata"]["creationTimestamp"])
-                return pods[-1] if pods else None
+                ended = [p for p in pods if p.get("status", {}).get("phase") in ("Succeeded", "Failed")]
+                return (ended or pods or [None])[0]
         return None
 
 

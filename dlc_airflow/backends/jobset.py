@@ -40,6 +40,7 @@ from dlc_airflow.backends.base import (
     not_found,
     object_annotations,
     object_labels,
+    pod_failure,
     pod_role_counts,
     queue_labels,
     ttl_seconds,
@@ -64,8 +65,9 @@ from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 _POD_SUFFIX = len("-abcde")
 PERMANENT_FAILURE_REASONS = [reasons.NON_RETRYABLE_EXIT, reasons.DEADLINE_EXCEEDED]  # child Job reasons
 
-# JobSet (and TrainJob, which copies its JobSet's conditions) failure reasons -> ours; the
-# others (e.g. FailJobSetFailurePolicyAction: our FailOnPermanentError rule) are kept.
+# JobSet (and TrainJob, which copies its JobSet's conditions) failure reasons -> ours;
+# FailJobSetFailurePolicyAction (our FailOnPermanentError rule) is told apart by the pods.
+FAIL_JOBSET_ACTION = "FailJobSetFailurePolicyAction"
 JOBSET_FAILURE_REASONS = {
     "ReachedMaxRestarts": reasons.RESTART_LIMIT_EXCEEDED,  # failurePolicy.maxRestarts used up
     "FailedJobs": reasons.RESTART_LIMIT_EXCEEDED,  # no failurePolicy: a child Job ran out of retries
@@ -204,9 +206,15 @@ def jobset_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
     }
     if cond := condition(obj, "Failed"):
         reason = cond.get("reason") or "Failed"
+        ours = JOBSET_FAILURE_REASONS.get(reason, reason)
+        if reason == FAIL_JOBSET_ACTION:
+            # our FailOnPermanentError rule, on either child Job reason: a container that exited
+            # with a code is the permanent error; none is the deadline (its pods were killed)
+            exited = "exited with code" in pod_failure(pods)
+            ours = reasons.NON_RETRYABLE_EXIT if exited else reasons.DEADLINE_EXCEEDED
         return JobStatus(
             state=JobState.FAILED,
-            reason=JOBSET_FAILURE_REASONS.get(reason, reason),
+            reason=ours,
             message=cond.get("message") or "",
             finished=latest([cond.get("lastTransitionTime")]),
             **base,

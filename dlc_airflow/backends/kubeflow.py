@@ -25,7 +25,8 @@ fails on 1-127: exact code lists cannot be expressed), else OnFailure.
 
 The operator's Failed reason is `<Kind>Failed` whatever the cause; its message tells:
 "reached the specified backoff limit" (or, with restartPolicy Never, a replica failed) is
-RestartLimitExceeded, "active longer than specified deadline" DeadlineExceeded (reasons.py).
+RestartLimitExceeded, "active longer than specified deadline" DeadlineExceeded, and with the
+ExitCode policy a replica that failed is a permanent exit code: PodFailurePolicy (reasons.py).
 """
 
 from __future__ import annotations
@@ -299,8 +300,10 @@ def failure_reason(cond: dict, replica_specs: dict) -> str:
         return reasons.RESTART_LIMIT_EXCEEDED
     if "active longer than specified deadline" in message:
         return reasons.DEADLINE_EXCEEDED
-    never = {(r or {}).get("restartPolicy") for r in replica_specs.values()} == {"Never"}
-    if never and "replica(s) failed" in message:
-        # restartPolicy Never (max_restarts 0): the first failure used up the restart budget
-        return reasons.RESTART_LIMIT_EXCEEDED
+    policies = {(r or {}).get("restartPolicy") for r in replica_specs.values()}
+    if "replica(s) failed" in message:
+        if policies == {"Never"}:  # max_restarts 0: the first failure used up the restart budget
+            return reasons.RESTART_LIMIT_EXCEEDED
+        if "ExitCode" in policies:  # the ExitCode policy restarts on 128-255: this exit was permanent
+            return reasons.NON_RETRYABLE_EXIT
     return cond.get("reason") or "Failed"

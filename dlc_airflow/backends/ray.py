@@ -12,6 +12,8 @@ given. KubeRay writes the head and worker containers' command (`ray start ...`),
 carry our env, resources, volumes and placement but no command, and roles.worker.command
 is refused. KubeRay sets RAY_ADDRESS in the pods itself (the head Service name is generated),
 so the framework wiring is not added; pods have no replica index (DLC_ROLE_INDEX unset).
+The submitter pod (role "submitter") is KubeRay's default one with our labels, annotations and
+the head's placement: its log is the entrypoint's output.
 
 A RayJob left Failed with reason AppFailed has used up its retries (KubeRay retries until
 status.failed reaches backoffLimit + 1): RestartLimitExceeded (reasons.py), KubeRay's message kept.
@@ -61,6 +63,13 @@ def entrypoint(job: DLCJob) -> str:
     return job.shell or ""
 
 
+SUBMITTER_ROLE = "submitter"
+SUBMITTER_CONTAINER = "ray-job-submitter"  # KubeRay's name for it
+SUBMITTER_RESOURCES = {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+SUBMITTER_PLACEMENT = ("serviceAccountName", "nodeSelector", "tolerations", "affinity", "priorityClassName",
+                       "imagePullSecrets")
+
+
 class RayBackend(Backend):
     name = "ray"
     job_types = frozenset({JobType.ray})
@@ -90,6 +99,19 @@ class RayBackend(Backend):
             run_command=False,
         )
 
+    def _submitter(self, job, name, identity, attempt, annotations, head: dict) -> dict:
+        """KubeRay's default submitter pod (the head's image, its requests), with our labels and
+        annotations and the head's placement: the pod where the entrypoint's result and output
+        are, so it is found, logged and placed like the job's other pods. KubeRay writes its
+        command (`ray job submit ...`)."""
+        metadata: dict = {"labels": object_labels(job, name, identity, attempt, SUBMITTER_ROLE)}
+        if annotations:
+            metadata["annotations"] = annotations
+        placement = {k: v for k, v in head["spec"].items() if k in SUBMITTER_PLACEMENT}
+        image = head["spec"]["containers"][0]["image"]
+        container = {"name": SUBMITTER_CONTAINER, "image": image, "resources": dict(SUBMITTER_RESOURCES)}
+        return {"metadata": metadata, "spec": {**placement, "restartPolicy": "Never", "containers": [container]}}
+
     def _render(self, job, name, identity, attempt):
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
@@ -117,6 +139,9 @@ class RayBackend(Backend):
             "ttlSecondsAfterFinished": ttl_seconds(job) or 0,
             "backoffLimit": job.fault_tolerance.max_restarts,
             "rayClusterSpec": cluster,
+            "submitterPodTemplate": self._submitter(
+                job, name, identity, attempt, annotations, cluster["headGroupSpec"]["template"]
+            ),
         }
         if (deadline := deadline_seconds(job)) is not None:
             spec["activeDeadlineSeconds"] = deadline
@@ -142,7 +167,7 @@ def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
 
     cluster = (spec.get("rayClusterSpec") or {})
     workers = sum(int(g.get("replicas") or 0) for g in cluster.get("workerGroupSpecs") or [])
-    roles = {"head": RoleCounts(replicas=1)}
+    roles = {"head": RoleCounts(replicas=1), SUBMITTER_ROLE: RoleCounts(replicas=1)}
     if workers:
         roles["worker"] = RoleCounts(replicas=workers)
     cstatus = st.get("rayClusterStatus") or {}
@@ -183,10 +208,17 @@ def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
                          **{**base, "restarts": max(1, base["restarts"])})
     if deployment == "Running" and job_status == "RUNNING":
         return JobStatus(state=JobState.RUNNING, reason=reasons.RUNNING, message=message, **base)
+    if deployment == "Running" and job_status in RAY_TERMINAL:
+        # Ray's verdict is in, but KubeRay waits for the submitter pod to end (it retries a
+        # failed one) before it decides: still running, not pending
+        return JobStatus(state=JobState.RUNNING, reason=reasons.RUNNING,
+                         message=f"the Ray job {job_status}; KubeRay waits for the submitter to finish", **base)
     if deployment == "Running":
         return JobStatus(state=JobState.PENDING, reason=f"Ray job {job_status or 'PENDING'}", message=message, **base)
     return JobStatus(state=JobState.PENDING, reason=deployment or reasons.CREATED, message=message, **base)
 
+
+RAY_TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")  # Ray's final job states
 
 # KubeRay's failure reasons -> ours; the others (SubmissionFailed, ValidationFailed...) are kept.
 RAY_FAILURE_REASONS = {

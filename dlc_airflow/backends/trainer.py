@@ -257,8 +257,11 @@ def trainjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
         return JobStatus(state=JobState.QUEUED, reason=reasons.SUSPENDED,
                          message=(cond or {}).get("message") or "suspended (waiting for admission, e.g. Kueue)", **base)
     statuses = st.get("jobsStatus") or []
-    if any(int(s.get("failed") or 0) for s in statuses):
-        return JobStatus(state=JobState.RESTARTING, reason=reasons.RESTARTING, **base)
+    # The runtime's Jobs retry a failed pod (their backoffLimit): jobsStatus counts no failed
+    # Job until they give up, the pods tell the restarts.
+    failed_pods = sum(c.failed for c in roles.values())
+    if failed_pods or any(int(s.get("failed") or 0) for s in statuses):
+        return JobStatus(state=JobState.RESTARTING, reason=reasons.RESTARTING, restarts=failed_pods, **base)
     if any(int(s.get("ready") or 0) or int(s.get("succeeded") or 0) for s in statuses):
         return JobStatus(state=JobState.RUNNING, reason=reasons.RUNNING, **base)
     return JobStatus(state=JobState.PENDING, reason=reasons.CREATED, **base)

@@ -30,6 +30,9 @@ PRIORITY_CLASS = "dlc-airflow-test-high"
 SERVICE_ACCOUNT_NAME = "trainer"
 PRIORITY_CLASS_KIND = ResourceKind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 SERVICE_ACCOUNT_KIND = ResourceKind("v1", "ServiceAccount", "serviceaccounts")
+CLUSTER_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
+LOCAL_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues")
+ACCEPTANCE_QUEUE = "acceptance"  # the full specs' queue (test_backends_accepted.py)
 
 # Roles of the fully-featured specs; Trainer v2 maps identical worker nodes only.
 RICH_ROLES = {
@@ -71,7 +74,7 @@ FULL = dict(
     storage=STORAGE,
     resources={"cpu": "16", "memory": "64Gi", "gpu": 2, "gpu_type": "NVIDIA-A100-SXM4-80GB",
                "shared_memory": "16Gi", "rdma": 1, "ephemeral_storage": "100Gi"},
-    scheduling={"queue": "team-ml", "priority_class": PRIORITY_CLASS, "spot": "prefer",
+    scheduling={"queue": "acceptance", "priority_class": PRIORITY_CLASS, "spot": "prefer",
                 "include_nodes": ["gpu-a100-0", "gpu-a100-1", "gpu-spot-0"], "exclude_nodes": ["gpu-h100-0"],
                 "node_selector": {"topology.kubernetes.io/zone": "zone-a"},
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
@@ -136,6 +139,28 @@ def ensure_priority_class(admin: KubeClient) -> None:
         pass
 
 
+def ensure_cluster_queue(admin: KubeClient, name: str) -> None:
+    """A Kueue ClusterQueue outside the teams' cohort with room for any test job, on both flavors."""
+    big = [{"name": r, "nominalQuota": q} for r, q in (("cpu", "100k"), ("memory", "100Ti"), ("nvidia.com/gpu", "10k"))]
+    body = {"apiVersion": CLUSTER_QUEUE.api_version, "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                "flavors": [{"name": "on-demand", "resources": big}, {"name": "spot", "resources": big}]}]}}
+    try:
+        admin.request("POST", CLUSTER_QUEUE.path(), body=body)
+    except Conflict:
+        pass
+
+
+def ensure_local_queue(admin: KubeClient, namespace: str, cluster_queue: str) -> None:
+    body = {"apiVersion": LOCAL_QUEUE.api_version, "kind": "LocalQueue",
+            "metadata": {"name": cluster_queue, "namespace": namespace}, "spec": {"clusterQueue": cluster_queue}}
+    try:
+        admin.request("POST", LOCAL_QUEUE.path(namespace), body=body)
+    except Conflict:
+        pass
+
+
 def ensure_service_account(admin: KubeClient, namespace: str) -> None:
     body = {"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": SERVICE_ACCOUNT_NAME, "namespace": namespace}}
@@ -180,6 +205,11 @@ def missing_fields(sent, stored, path: str = "") -> list[str]:
             return [path or "."]
         return [p for k, v in sent.items() for p in missing_fields(v, stored.get(k, _ABSENT), f"{path}.{k}")]
     if isinstance(sent, list):
+        if isinstance(stored, list) and (key := _list_map_key(sent)):
+            # a list-map: the server may add entries of other managers (e.g. Kueue's runtimePatches)
+            by_key = {item.get(key): item for item in stored if isinstance(item, dict)}
+            return [p for item in sent for p in missing_fields(item, by_key.get(item[key], _ABSENT),
+                                                               f"{path}[{key}={item[key]}]")]
         if not isinstance(stored, list) or len(sent) != len(stored):
             return [path]
         return [p for i, (a, b) in enumerate(zip(sent, stored, strict=False)) for p in missing_fields(a, b, f"{path}[{i}]")]
@@ -187,3 +217,10 @@ def missing_fields(sent, stored, path: str = "") -> list[str]:
 
 
 _ABSENT = object()
+
+
+def _list_map_key(items: list) -> str | None:
+    """The key of a list of objects keyed by manager (runtimePatches), if it is one."""
+    if items and all(isinstance(i, dict) and "manager" in i for i in items):
+        return "manager"
+    return None

@@ -6,8 +6,9 @@
    KubeRunner.submit, as the restricted identity holding only dlc-airflow's Role. The server's
    copy keeps every field we sent. Pod templates are checked as pods too: the native Job
    controller must create every pod (the Priority and ServiceAccount admission plugins see
-   them), and the pod templates inside CRDs (whose operators do not run here) are sent as
-   Pods with dry-run, as those operators would create them.
+   them), once Kueue admits a queued one; the pod templates inside CRDs are also sent as Pods
+   with dry-run, as their controllers would create them (tests/cluster/test_controllers.py
+   runs them through the controllers).
 2. Unsupported pairs are refused before any API call, in one line naming type and backend.
 3. Native jobs of every type run to Complete on kwok nodes through the real Job controller,
    and the real pod objects carry the env each framework reads (resolved as the kubelet and
@@ -31,6 +32,7 @@ from dlc_airflow.status import JobState
 from tests.cluster.podenv import container_env
 from tests.cluster.polling import wait_all_terminal, wait_for
 from tests.cluster.specs import (
+    ACCEPTANCE_QUEUE,
     COMMAND,
     IDENTITY,
     IMAGE,
@@ -40,6 +42,8 @@ from tests.cluster.specs import (
     SUPPORTED,
     UNSUPPORTED,
     dry_run_strict,
+    ensure_cluster_queue,
+    ensure_local_queue,
     ensure_priority_class,
     ensure_service_account,
     full,
@@ -57,6 +61,15 @@ def priority_class(admin):
     return PRIORITY_CLASS
 
 
+@pytest.fixture(scope="module")
+def acceptance_queue(admin):
+    """The full specs' Kueue queue: a ClusterQueue of their own, quota for all (their pods never
+    run: the PVC does not exist), so what other tests hold cannot starve them. It stays (Kueue
+    keeps a ClusterQueue in use until its last Workload is gone)."""
+    ensure_cluster_queue(admin, ACCEPTANCE_QUEUE)
+    return ACCEPTANCE_QUEUE
+
+
 # -- 1. accepted by the real API server -----------------------------------------------------------
 
 
@@ -66,8 +79,10 @@ def _pair_id(pair) -> str:
 
 @pytest.mark.parametrize("variant", ["minimal", "full"])
 @pytest.mark.parametrize("job_type, backend", SUPPORTED, ids=[_pair_id(p) for p in SUPPORTED])
-def test_accepted_with_dry_run_then_created(job_type, backend, variant, kube, admin, namespace, priority_class):
+def test_accepted_with_dry_run_then_created(job_type, backend, variant, kube, admin, namespace, priority_class,
+                                           acceptance_queue):
     ensure_service_account(admin, namespace)
+    ensure_local_queue(admin, namespace, acceptance_queue)
     job = minimal(job_type) if variant == "minimal" else full(job_type, backend)
     name = unique_name(f"{job_type[:4]}-{backend[:4]}-{variant[:3]}")
     objects = get_backend(backend).render(job, name, IDENTITY, 1)
@@ -89,7 +104,10 @@ def test_accepted_with_dry_run_then_created(job_type, backend, variant, kube, ad
         assert stored is not None, f"{obj['kind']} {obj['metadata']['name']} was not created"
         for part in ("spec", "data"):
             if part in obj:
-                assert missing_fields(obj[part], stored[part], part) == []
+                missing = missing_fields(obj[part], stored[part], part)
+                # Kueue resumes a queued job it admits (and may have done so already)
+                admitted = "spec.suspend: sent True, stored False"
+                assert [m for m in missing if not (job.scheduling.queue and m == admitted)] == []
         assert stored["metadata"]["labels"] == obj["metadata"]["labels"]
     assert runner.objects(ref), "the waiting side does not find the job by its labels"
     assert runner.status(ref).state is not JobState.STOPPED
@@ -102,11 +120,7 @@ def test_accepted_with_dry_run_then_created(job_type, backend, variant, kube, ad
 
 def _native_pods_are_created(kube, admin, objects) -> None:
     """The Job controller creates every pod: the pod-level admission accepted the template."""
-    jobs = [o for o in objects if o["kind"] == "Job"]
-    for job in jobs:
-        if job["spec"].get("suspend"):
-            # Admit the Job as Kueue would (not installed here): resume it.
-            admin.patch(JOB, job["metadata"]["name"], {"spec": {"suspend": False}}, namespace=kube.namespace)
+    jobs = [o for o in objects if o["kind"] == "Job"]  # a queued job's: once Kueue admits them
     expected = {j["metadata"]["name"]: j["spec"]["completions"] for j in jobs}
 
     def all_created():
@@ -118,7 +132,7 @@ def _native_pods_are_created(kube, admin, objects) -> None:
         return all(made.get(j, 0) >= n for j, n in expected.items()) and made
 
     try:
-        wait_for(all_created, timeout=30, what="the Job controller to create every pod")
+        wait_for(all_created, timeout=60, what="the Job controller to create every pod")
     except AssertionError:
         events = [e["message"] for e in kube.list(EVENT)[0] if e.get("reason") == "FailedCreate"]
         raise AssertionError(f"pods not created; FailedCreate events: {events}") from None
@@ -129,8 +143,9 @@ def _pod_templates_are_admitted(admin, namespace, objects) -> None:
     rejected = []
     for obj in objects:
         for role, template in pod_templates(obj):
+            # (a name of its own: the controller creates the real pods beside it)
             pod = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {**template["metadata"], "name": f"{obj['metadata']['name']}-{role}-0"},
+                   "metadata": {**template["metadata"], "name": f"{obj['metadata']['name']}-{role}-admission"},
                    "spec": template["spec"]}
             try:
                 admin.create(pod, namespace, dry_run=True)

@@ -1,10 +1,12 @@
 """JobStatus of the CRD backends on status written through the real API server.
 
-The upstream controllers (Training Operator, Trainer, JobSet, KubeRay) do not run here, so the
-test plays the controller: it creates the job as the restricted identity, writes status the way
-the upstream controller does (its condition types, reasons and messages, counters, times)
-through the status subresource as an administrator, with strict field validation so the CRD's
-status schema must accept every field, and reads it back through the restricted identity with
+For states the real controllers cannot reach here (tests/cluster/test_controllers.py runs
+every backend through them): the job is created as the restricted identity with `managedBy:
+kueue.x-k8s.io/multikueue`, so its controller leaves it alone (as for a MultiKueue job, whose
+status a manager cluster copies from a worker cluster), and the test writes status the way the
+upstream controller does (its condition types, reasons and messages, counters, times) through
+the status subresource as an administrator, with strict field validation so the CRD's status
+schema must accept every field, and reads it back through the restricted identity with
 KubeRunner.status (the waiting side's path).
 """
 
@@ -16,7 +18,7 @@ import pytest
 
 from dlc_airflow import reasons
 from dlc_airflow.backends import get_backend
-from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.client import Conflict, KubeClient
 from dlc_airflow.k8s.kinds import kind_of
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob
@@ -30,25 +32,52 @@ def at(seconds: int) -> str:
     return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"  # every one of these controllers skips such a job
+
+
+class ManagedElsewhere:
+    """A backend whose primary object is managed by MultiKueue, not by its controller here."""
+
+    def __init__(self, backend):
+        self._backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def render(self, *args, **kwargs):
+        objects = self._backend.render(*args, **kwargs)
+        spec = objects[0]["spec"]
+        (spec.setdefault("runPolicy", {}) if objects[0]["apiVersion"] == "kubeflow.org/v1" else spec)["managedBy"] = MULTIKUEUE
+        return objects
+
+
 class Controller:
     """Acts as the upstream controller of one created job: writes its status."""
 
     def __init__(self, kube: KubeClient, admin: KubeClient, backend: str, job: DLCJob, prefix: str):
-        self.runner = KubeRunner(kube, get_backend(backend))
+        self.runner = KubeRunner(kube, ManagedElsewhere(get_backend(backend)))
         self.admin = admin
         self.name = unique_name(prefix)
         self.ref, _ = self.runner.submit(job, self.name, IDENTITY, 1)
         self.obj = kube.get(self.ref.kind, self.name)
 
     def admit(self, patch: dict) -> None:
-        """Resume the suspended job, as Kueue does when it admits it (not installed here)."""
+        """Resume the suspended job, as Kueue does when it admits it."""
         self.obj = self.admin.patch(self.ref.kind, self.name, patch, namespace=self.obj["metadata"]["namespace"])
 
     def write(self, status: dict):
         """PUT .../status (strict): the CRD's status schema must take every field as written."""
-        body = {**self.obj, "status": status}
-        path = kind_of(body).path(body["metadata"]["namespace"], self.name, "status")
-        self.obj = self.admin.request("PUT", path, body=body, query={"fieldValidation": "Strict"})
+        path = kind_of(self.obj).path(self.obj["metadata"]["namespace"], self.name, "status")
+        for _ in range(5):  # Kueue annotates queued jobs: write on the newest copy
+            current = self.admin.get(self.ref.kind, self.name, namespace=self.obj["metadata"]["namespace"])
+            try:
+                self.obj = self.admin.request("PUT", path, body={**current, "status": status},
+                                              query={"fieldValidation": "Strict"})
+                break
+            except Conflict:
+                continue
+        else:
+            raise AssertionError(f"{self.name}: status write kept conflicting")
         assert missing_fields(status, self.obj.get("status", {}), "status") == [], "the API server dropped status"
         return self.runner.status(self.ref)
 
@@ -110,7 +139,7 @@ def test_pytorchjob_lifecycle(kube, admin):
     s = c.write({"conditions": [created, {**running, "status": "False"}, done], "startTime": at(5),
                  "completionTime": at(600),
                  "replicaStatuses": rs(Master={"succeeded": 1}, Worker={"succeeded": 3, "failed": 1})})
-    assert (s.state, s.reason) == (JobState.SUCCEEDED, "PyTorchJobSucceeded") and s.terminal
+    assert (s.state, s.reason) == (JobState.SUCCEEDED, reasons.COMPLETED) and s.terminal
     assert s.finished == T0 + timedelta(seconds=600)
     assert counts(s) == {"master": (1, 0, 1, 0), "worker": (3, 0, 3, 1)}
 
@@ -217,12 +246,12 @@ def test_trainjob_complete(kube, admin):
     assert s.state is JobState.RUNNING and counts(s) == {"worker": (3, 3, 0, 0)}
     done = meta_cond("Complete", "AllJobsCompleted", "jobset completed successfully", 400)
     s = c.write({"conditions": [done], "jobsStatus": [job_status("node", succeeded=1)]})
-    assert (s.state, s.reason) == (JobState.SUCCEEDED, "AllJobsCompleted")
+    assert (s.state, s.reason) == (JobState.SUCCEEDED, reasons.COMPLETED)
     assert s.finished == T0 + timedelta(seconds=400) and counts(s) == {"worker": (3, 0, 3, 0)}
 
 
 def test_trainjob_suspended_then_failed(kube, admin):
-    job = DLCJob(type="mpi", image=IMAGE, command=COMMAND, roles={"launcher": 1, "worker": 2},
+    job = DLCJob(type="deepspeed", launcher="mpi", image=IMAGE, command=COMMAND, roles={"worker": 2},
                  scheduling={"queue": "team-ml"}, max_running_time="1h")
     c = Controller(kube, admin, "trainer", job, "trjf")
     suspended = meta_cond("Suspended", "Suspended", "TrainJob is suspended", 0)
@@ -271,13 +300,15 @@ def test_jobset_restart_then_complete(kube, admin):
     done = meta_cond("Completed", "AllJobsCompleted", "jobset completed successfully", 800)
     s = c.write({"conditions": [done], "restarts": 1, "restartsCountTowardsMax": 1, "terminalState": "Completed",
                  "replicatedJobsStatus": [job_status("master", succeeded=1), job_status("worker", succeeded=1)]})
-    assert (s.state, s.reason, s.restarts) == (JobState.SUCCEEDED, "AllJobsCompleted", 1)
+    assert (s.state, s.reason, s.restarts) == (JobState.SUCCEEDED, reasons.COMPLETED, 1)
     assert s.finished == T0 + timedelta(seconds=800) and counts(s)["worker"] == (2, 0, 2, 0)
 
 
 @pytest.mark.parametrize("reason, message, restarts, ours", [
     ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts", 2, reasons.RESTART_LIMIT_EXCEEDED),
-    ("FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action", 0, "FailJobSetFailurePolicyAction"),
+    # our FailOnPermanentError rule with no container exit code in the pods: the child Job's
+    # deadline (the permanent exit code is in test_controllers.py, through the controller)
+    ("FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action", 0, reasons.DEADLINE_EXCEEDED),
 ])
 def test_jobset_failed(kube, admin, reason, message, restarts, ours):
     job = DLCJob(type="tensorflow", image=IMAGE, command=COMMAND, roles={"chief": 1, "ps": 1, "worker": 2},
@@ -330,7 +361,8 @@ def test_rayjob_retry_then_complete(kube, admin):
     assert s.state is JobState.PENDING  # the cluster is up, the Ray job not yet
     running = ray_status("Running", "RUNNING", startTime=at(0), jobId=f"{c.name}-abcde", **ray_cluster(c.name, 2, 2))
     s = c.write(running)
-    assert s.state is JobState.RUNNING and counts(s) == {"head": (1, 0, 0, 0), "worker": (2, 2, 0, 0)}
+    assert s.state is JobState.RUNNING
+    assert counts(s) == {"head": (1, 0, 0, 0), "submitter": (1, 0, 0, 0), "worker": (2, 2, 0, 0)}
     s = c.write({**running, "jobDeploymentStatus": "Retrying", "jobStatus": "FAILED", "failed": 1,
                  "message": "Job entrypoint command failed with exit code 1"})
     assert (s.state, s.restarts) == (JobState.RESTARTING, 1)

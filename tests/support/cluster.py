@@ -8,6 +8,7 @@ error (a cluster test never silently skips in CI).
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import uuid
@@ -126,7 +127,8 @@ def _kind(obj: dict) -> ResourceKind:
 
 
 def create_test_namespace(admin: KubeClient, prefix: str = "t") -> str:
-    """A fresh namespace where the ServiceAccount holds the job-runner Role."""
+    """A fresh namespace where the ServiceAccount holds the job-runner Role, with Kueue's
+    LocalQueues team-a and team-b when Kueue runs."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin.request("POST", NAMESPACE.path(), body={
         "apiVersion": "v1", "kind": "Namespace",
@@ -136,6 +138,8 @@ def create_test_namespace(admin: KubeClient, prefix: str = "t") -> str:
         "metadata": {"name": "dlc-airflow", "namespace": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RUNNER_ROLE},
         "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}]})
+    if controllers_running()["kueue"]:
+        create_local_queues(admin, name)
     wait_until_allowed(admin, name)
     return name
 
@@ -263,8 +267,10 @@ K8S_CONTROLLERS = REPO / "scripts" / "k8s-controllers"
 CONTROLLERS = ("kueue", "jobset", "training-operator", "trainer", "kuberay")
 
 
+@functools.cache
 def controllers_running() -> dict[str, bool]:
-    """Which of the local control plane's job controllers run (scripts/k8s-controllers status)."""
+    """Which of the local control plane's job controllers run (scripts/k8s-controllers status;
+    asked once a session)."""
     out = subprocess.run([str(K8S_CONTROLLERS), "status"], capture_output=True, text=True, timeout=30).stdout
     running = {line.split()[0]: ": running" in line for line in out.splitlines() if line.strip()}
     return {name: running.get(name, False) for name in CONTROLLERS}
