@@ -25,8 +25,8 @@ runs out of restarts fails the job), and `podFailurePolicy` rules, first match w
 Kueue: each Job carries `kueue.x-k8s.io/queue-name` and is created with `suspend: true`,
 as Kueue's own samples do: Kueue's webhook would suspend it anyway, and creating it suspended
 means nothing starts outside the quota if the webhook is briefly unavailable. Kueue admits
-each role Job on its own (no all-or-nothing across roles): use the jobset backend for gang
-admission of multi-role jobs.
+each role Job on its own (no all-or-nothing across roles), so a queue on a multi-role job is
+refused with a pointer to the jobset backend (one Workload for the whole job).
 
 TensorFlow, as TFJob: the job succeeds when the chief's Job completes (index 0 of the workers
 without a chief), whatever parameter servers (which never exit), evaluators and the other
@@ -52,6 +52,7 @@ from dlc_airflow.backends.base import (
     JOB,
     SERVICE,
     Backend,
+    BackendError,
     ResourceKind,
     apply_pods,
     not_found,
@@ -83,6 +84,16 @@ class NativeBackend(Backend):
     name = "native"
     job_types = JOB_TYPES
     refusal = NO_RAY
+
+    def check_options(self, job: DLCJob) -> None:
+        if job.scheduling.queue and len(job.roles) > 1:
+            # Kueue admits each role's Job as a Workload of its own: the job could start in part
+            # and hold quota while the rest waits. JobSet, Kubeflow and Trainer jobs are one Workload.
+            raise BackendError(
+                f"native backend: Kueue would admit each of the roles {', '.join(ordered_roles(job.roles))} on its "
+                f"own (part of the job could start while the rest waits for quota); for a queued multi-role job "
+                f"use backend='jobset' (admitted whole), or drop scheduling.queue"
+            )
 
     def kind(self, job: DLCJob) -> ResourceKind:
         return JOB

@@ -107,8 +107,12 @@ def full(job_type: str, backend: str) -> DLCJob:
         scheduling = {k: v for k, v in FULL["scheduling"].items() if k != "priority_class"}
         return DLCJob(type=job_type, image=IMAGE, command=list(COMMAND), roles=roles,
                       **{**FULL, "scheduling": scheduling}, **options)
+    spec = FULL
+    if backend == "native" and len(RICH_ROLES[job_type]) > 1:
+        # refused: Kueue would admit each role's Job on its own
+        spec = {**FULL, "scheduling": {k: v for k, v in FULL["scheduling"].items() if k != "queue"}}
     return DLCJob(type=job_type, image=IMAGE, command=list(COMMAND), roles=RICH_ROLES[job_type],
-                  **FULL, **NOT_ON_TRAINER, **TYPE_OPTIONS.get(job_type, {}))
+                  **spec, **NOT_ON_TRAINER, **TYPE_OPTIONS.get(job_type, {}))
 
 
 def supports(backend: str, job_type: str) -> bool:

@@ -98,7 +98,14 @@ def make(job_type: str, roles=None, **kw) -> DLCJob:
 def full_job(job_type: str, backend: str) -> DLCJob:
     roles = TRAINER_ROLES[job_type] if backend == "trainer" else RICH_ROLES[job_type]
     extra = {} if backend == "trainer" else FULL_EXTRA
-    return make(job_type, roles, **FULL, **extra)
+    return make(job_type, roles, **without_queue_on_native(FULL, backend, roles), **extra)
+
+
+def without_queue_on_native(spec: dict, backend: str, roles: dict) -> dict:
+    """The native backend refuses a Kueue queue on a multi-role job (each role would be admitted alone)."""
+    if backend != "native" or len(roles) < 2:
+        return spec
+    return {**spec, "scheduling": {k: v for k, v in spec["scheduling"].items() if k != "queue"}}
 
 
 def render(backend: str, job: DLCJob, name: str = NAME) -> list[dict]:
@@ -830,3 +837,13 @@ def test_env_names_are_unique():
         for _, t in pod_templates(render(backend, job)[0]):
             names = [e["name"] for e in main(t)["env"]]
             assert len(names) == len(set(names))
+
+
+def test_native_refuses_a_queue_on_a_multi_role_job():
+    """Kueue admits each role's Job on its own: a queued multi-role native job could start in part."""
+    with pytest.raises(BackendError, match=r"roles master, worker on its own.*backend='jobset'"):
+        render("native", make("pytorch", {"master": 1, "worker": 2}, scheduling={"queue": "team-a"}))
+    (job,) = by_kind(render("native", make("batch", {"worker": 4}, scheduling={"queue": "team-a"})), "Job")
+    assert job["spec"]["suspend"] is True and job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    jobset = render("jobset", make("pytorch", {"master": 1, "worker": 2}, scheduling={"queue": "team-a"}))[0]
+    assert jobset["spec"]["suspend"] is True
