@@ -14,7 +14,9 @@ checkpoint, presets, the user's env) and the replica index from the operator's
 our hostfile ConfigMap (`<name>-<role>-<i>` are the operator's per-pod Services).
 
 XGBoostJob requires a Master: a worker-only xgboost job runs its first replica as Master and
-the rest as Workers (the same ranks as on the native backend).
+the rest as Workers (the same ranks as on the native backend). So does a fixed-size
+PyTorchJob of several workers: the operator sets MASTER_ADDR, RANK and WORLD_SIZE only when
+there is a Master.
 
 runPolicy: cleanPodPolicy Running (finished pods stay for logs and outputs), backoffLimit =
 max_restarts, activeDeadlineSeconds, ttlSecondsAfterFinished, schedulingPolicy {queue,
@@ -146,11 +148,14 @@ class KubeflowBackend(Backend):
         return job.type is not JobType.mpi and wiring.hostfile_spec(job) is not None
 
     def _replicas(self, job: DLCJob) -> dict[str, tuple[str, int]]:
-        """our role -> (replica type, replicas); promotes xgboost worker 0 to Master."""
+        """our role -> (replica type, replicas); promotes worker 0 to Master for xgboost, and for a
+        fixed-size PyTorchJob of several workers (the operator gives a worker-only PyTorchJob no
+        MASTER_ADDR, RANK or WORLD_SIZE: its workers could not find each other)."""
         flavor = FLAVORS[job.type]
         out = {r: (flavor.replica_types[r], job.roles[r].replicas) for r in ordered_roles(job.roles)}
-        if job.type is JobType.xgboost and "master" not in job.roles:
-            workers = job.roles["worker"].replicas
+        workers = job.roles["worker"].replicas if "worker" in job.roles else 0
+        several_torch_workers = flavor is TORCH and not job.elastic and workers > 1
+        if "master" not in job.roles and (job.type is JobType.xgboost or several_torch_workers):
             out = {"master": ("Master", 1)}
             if workers > 1:
                 out["worker"] = ("Worker", workers - 1)
@@ -179,6 +184,11 @@ class KubeflowBackend(Backend):
             env["DLC_ROLE_REPLICAS"] = str(replicas)
             if hostfile is not None:
                 env.setdefault("DLC_HOSTFILE", hostfile.path)
+            index: IndexSource | None = REPLICA_INDEX
+            if rtype == "Launcher":
+                # the MPIJob operator gives its single launcher no replica-index label: index 0
+                env = {k: v.at(0) if isinstance(v, wiring.IndexExpr) else v for k, v in env.items()}
+                index = None
             template = pod_template(
                 job,
                 source_role,
@@ -186,7 +196,7 @@ class KubeflowBackend(Backend):
                 labels=object_labels(job, name, identity, attempt, role),
                 annotations=annotations,
                 container_name=flavor.container,
-                index=REPLICA_INDEX,
+                index=index,
                 restart_policy=None,  # the replica spec's restartPolicy governs
                 extra=extra,
                 ports=ports,
