@@ -227,3 +227,48 @@ def test_the_ray_head_stand_in_saw_only_kuberays_requests(finished, cluster):
     violations = Path(cluster.local_workdir or "") / "logs" / "ray-dashboard-standin.violations"
     assert violations.exists(), violations
     assert violations.read_text() == ""
+
+
+# -- 3. the env each framework gets from its controller, on the real pods -----------------------
+
+TORCH_TYPES = ("pytorch", "deepspeed", "megatron")
+
+
+def expected_env(job_type: str, backend: str, name: str, role: str) -> tuple[dict[str, str | None], set[str]]:
+    """What the controller sets (None: any value) and what it must not set, for a pod of `role`."""
+    if backend == "kubeflow" and job_type in TORCH_TYPES:  # the operator, given a Master
+        return {"MASTER_ADDR": f"{name}-master-0", "MASTER_PORT": None, "RANK": None, "WORLD_SIZE": None}, set()
+    if backend == "kubeflow" and job_type == "xgboost":
+        return {"MASTER_ADDR": f"{name}-master-0", "WORKER_ADDRS": None, "RANK": None, "WORLD_SIZE": None}, set()
+    if backend == "kubeflow" and job_type == "tensorflow":
+        return {"TF_CONFIG": None}, set()
+    if backend == "kubeflow" and job_type == "mpi":
+        return ({"OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile"} if role == "launcher" else {}), set()
+    if backend == "trainer":  # torchrun's PET_* only (README: the job controllers)
+        return ({"PET_NNODES": None, "PET_NODE_RANK": None, "PET_MASTER_ADDR": f"{name}-node-0-0.{name}",
+                 "PET_MASTER_PORT": "29500"}, {"MASTER_ADDR", "RANK", "WORLD_SIZE"})
+    if backend == "ray":
+        return ({"RAY_JOB_SUBMISSION_ID": None, "RAY_DASHBOARD_ADDRESS": None} if role == "submitter" else {}), set()
+    # jobset: no controller env, ours (as on native)
+    if job_type in TORCH_TYPES:
+        return {"MASTER_ADDR": None, "RANK": None, "WORLD_SIZE": None}, set()
+    return {}, set()
+
+
+@pytest.mark.parametrize("job_type, backend", PAIRS, ids=[f"{t}-{b}" for t, b in PAIRS])
+def test_the_controllers_env_on_the_real_pods(finished, job_type, backend):
+    from tests.cluster.podenv import container_env
+
+    kube, admin, refs, _ = finished
+    ref = refs[(job_type, backend)]
+    pods = [p for p in admin.list(POD, kube.namespace)[0] if p["metadata"]["name"].startswith(ref.name)]
+    assert pods
+    for pod in pods:
+        role = pod["metadata"]["labels"].get("dlc-airflow/role", "")
+        env = container_env(pod, pod["spec"]["containers"][0]["name"])
+        wanted, unwanted = expected_env(job_type, backend, ref.name, role)
+        for key, value in wanted.items():
+            assert key in env and (value is None or env[key] == value), (pod["metadata"]["name"], key, env.get(key))
+        assert not unwanted & set(env), (pod["metadata"]["name"], unwanted & set(env))
+        if role != "submitter":  # KubeRay's `ray job submit`: the entrypoint runs on the head
+            assert env.get("DLC_JOB_NAME") == ref.name

@@ -61,10 +61,10 @@ def test_kueue_admits_the_job_then_it_runs(queued, backend):
     ref, _ = runner.submit(job, unique_name(f"adm-{backend[:4]}"), IDENTITY, 1)
     status = wait_all_terminal(runner, {"job": ref}, timeout=120)["job"]
     assert (status.state, status.reason) == (JobState.SUCCEEDED, reasons.COMPLETED), status.summary()
-    (workload,) = workloads_of(admin, kube.namespace, ref.name)
-    admitted = condition(workload, "Admitted")
-    assert admitted and workload["status"]["admission"]["clusterQueue"] == "team-a", workload.get("status")
-    assert condition(workload, "Finished")
+    # Kueue marks the Workload finished once it sees the job end (a moment after us)
+    (workload,) = wait_for(lambda: [w for w in workloads_of(admin, kube.namespace, ref.name)
+                                    if condition(w, "Finished")], timeout=30, what="Kueue to finish the Workload")
+    assert condition(workload, "Admitted") and workload["status"]["admission"]["clusterQueue"] == "team-a"
 
 
 @pytest.mark.parametrize("backend", list(TOO_BIG))
