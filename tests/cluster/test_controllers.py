@@ -26,7 +26,7 @@ from dlc_airflow.k8s.kinds import JOB, JOBSET, POD, PYTORCH_JOB, TRAIN_JOB, Reso
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, condition
-from tests.cluster.polling import wait_all_terminal
+from tests.cluster.polling import wait_all_terminal, wait_for, wait_state
 from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, RICH_ROLES, SUPPORTED, TRAINER_ROLES, unique_name
 from tests.support.cluster import REPO, create_test_namespace, delete_namespace
 
@@ -272,3 +272,89 @@ def test_the_controllers_env_on_the_real_pods(finished, job_type, backend):
         assert not unwanted & set(env), (pod["metadata"]["name"], unwanted & set(env))
         if role != "submitter":  # KubeRay's `ray job submit`: the entrypoint runs on the head
             assert env.get("DLC_JOB_NAME") == ref.name
+
+
+# -- 4. failures through the controllers ---------------------------------------------------------
+
+CHAOS = "pod-container-running-failed.stage.kwok.x-k8s.io"
+
+
+def failing(exit_code: int) -> dict:
+    """kwok fails every container of the job's pods with `exit_code` (the Ray head and workers
+    too: the submitter's exit is the entrypoint's)."""
+    return {"labels": {CHAOS: "true"}, "annotations": {f"{CHAOS}/exit-code": str(exit_code), f"{CHAOS}/delay": "0s"}}
+
+
+FAILURES = {
+    # exit 3 is not retryable: no restart where the backend can tell (Ray cannot: it retries)
+    ("permanent", "kubeflow"): dict(type="pytorch", roles={"master": 1, "worker": 1},
+                                    fault_tolerance={"max_restarts": 2, "retryable_exit_codes": [137]}, **failing(3)),
+    ("permanent", "jobset"): dict(type="pytorch", roles={"master": 1, "worker": 1},
+                                  fault_tolerance={"max_restarts": 2, "retryable_exit_codes": [137]}, **failing(3)),
+    ("permanent", "ray"): dict(type="ray", roles={"head": 1, "worker": 1}, **failing(3)),
+    # exit 137 is retryable: one restart, then the restart budget is used up
+    ("retryable", "kubeflow"): dict(type="pytorch", roles={"master": 1, "worker": 1},
+                                    fault_tolerance={"max_restarts": 1, "retryable_exit_codes": [137]}, **failing(137)),
+    ("retryable", "jobset"): dict(type="pytorch", roles={"master": 1, "worker": 1},
+                                  fault_tolerance={"max_restarts": 1, "retryable_exit_codes": [137]}, **failing(137)),
+    ("retryable", "ray"): dict(type="ray", roles={"head": 1, "worker": 1}, fault_tolerance={"max_restarts": 1},
+                               **failing(137)),
+}
+
+
+@pytest.fixture(scope="module")
+def failed(controllers, admin):
+    ns = create_test_namespace(admin, prefix="ctf")
+    kube = controllers.restricted(ns)
+    runners = {backend: KubeRunner(kube, get_backend(backend)) for backend in ("kubeflow", "jobset", "ray")}
+    try:
+        refs = {key: runners[key[1]].submit(DLCJob(image=IMAGE, command=list(COMMAND), **spec),
+                                            unique_name(f"{key[0][:4]}-{key[1][:4]}"), IDENTITY, 1)[0]
+                for key, spec in FAILURES.items()}
+        statuses = {}
+        # the Training Operator restarts an ExitCode-policy replica without end (below)
+        endless = ("retryable", "kubeflow")
+        statuses[endless] = wait_state(runners["kubeflow"], refs[endless], {JobState.RESTARTING}, timeout=60)
+        for backend, runner in runners.items():
+            mine = {f"{k[0]}-{k[1]}": ref for k, ref in refs.items() if k[1] == backend and k != endless}
+            done = wait_all_terminal(runner, mine, timeout=240)
+            statuses.update({k: done[f"{k[0]}-{k[1]}"] for k in refs if k[1] == backend and k != endless})
+        yield statuses, kube, admin, runners, refs
+    finally:
+        delete_namespace(admin, ns)
+
+
+@pytest.mark.parametrize("backend", ["kubeflow", "jobset"])
+def test_a_permanent_exit_code_fails_the_job_at_once(failed, backend):
+    status = failed[0][("permanent", backend)]
+    assert (status.state, status.reason) == (JobState.FAILED, reasons.NON_RETRYABLE_EXIT), status.summary()
+    assert "exited with code 3" in status.message and status.restarts == 0, status.summary()
+
+
+def test_ray_retries_any_failed_entrypoint(failed):
+    """Ray has no exit-code policy: KubeRay retries up to backoffLimit (0 here) and says why."""
+    status = failed[0][("permanent", "ray")]
+    assert (status.state, status.reason) == (JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED), status.summary()
+    assert "exit code 3" in status.message, status.summary()
+
+
+@pytest.mark.parametrize("backend", ["jobset", "ray"])
+def test_a_retryable_failure_restarts_then_uses_up_the_budget(failed, backend):
+    status = failed[0][("retryable", backend)]
+    assert (status.state, status.reason) == (JobState.FAILED, reasons.RESTART_LIMIT_EXCEEDED), status.summary()
+    assert status.restarts >= 1 and "137" in status.message, status.summary()
+
+
+def test_the_training_operator_restarts_a_retryable_exit_code(failed):
+    """Under the ExitCode policy the operator recreates a replica that exited 128-255, and counts no
+    backoff for it (runPolicy.backoffLimit is not reached this way: README, the job controllers).
+    Our status says RESTARTING, counted; stopping it leaves no pod and no job behind."""
+    statuses, kube, admin, runners, refs = failed
+    key = ("retryable", "kubeflow")
+    status = statuses[key]
+    assert status.state is JobState.RESTARTING and status.restarts >= 1 and "restarting" in status.message
+    runners["kubeflow"].stop(refs[key])
+    name = refs[key].name
+    wait_for(lambda: not [p for p in admin.list(POD, kube.namespace)[0] if p["metadata"]["name"].startswith(name)],
+             timeout=60, what="the job's pods to go")
+    assert kube.get(PYTORCH_JOB, name) is None or runners["kubeflow"].status(refs[key]).terminal
