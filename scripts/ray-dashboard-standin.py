@@ -45,11 +45,18 @@ class Cluster:
         for rayjob in self.get("rayjobs.ray.io", "-n", namespace)["items"]:
             if rayjob.get("status", {}).get("jobId") == submission_id or rayjob["spec"].get("jobId") == submission_id:
                 name = rayjob["metadata"]["name"]
-                pods = self.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={name}")["items"]
-                pods.sort(key=lambda p: p["metadata"]["creationTimestamp"])
-                ended = [p for p in pods if p.get("status", {}).get("phase") in ("Succeeded", "Failed")]
-                return (ended or pods or [None])[0]
+                return deciding_pod(
+                    self.get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={name}")["items"]
+                )
         return None
+
+
+def deciding_pod(pods: list[dict]) -> dict | None:
+    """Of a submitter Job's pods, the one whose `ray job submit` ran the job: the first that
+    ended, else the oldest still there."""
+    pods = sorted(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+    ended = [p for p in pods if p.get("status", {}).get("phase") in ("Succeeded", "Failed")]
+    return (ended or pods or [None])[0]
 
 
 def millis(timestamp: str | None) -> int:

@@ -49,6 +49,7 @@ XGBOOST_JOB = ResourceKind("kubeflow.org/v1", "XGBoostJob", "xgboostjobs")
 TRAIN_JOB = ResourceKind("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs")
 JOBSET = ResourceKind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets")
 RAY_JOB = ResourceKind("ray.io/v1", "RayJob", "rayjobs")
+WORKLOAD = ResourceKind("kueue.x-k8s.io/v1beta2", "Workload", "workloads")  # Kueue's, read only
 # asked by the client itself: who am I, and may I (every authenticated identity may create both)
 SELF_SUBJECT_REVIEW = ResourceKind("authentication.k8s.io/v1", "SelfSubjectReview", "selfsubjectreviews",
                                    namespaced=False)
@@ -59,7 +60,7 @@ KNOWN: dict[tuple[str, str], ResourceKind] = {
     (k.api_version, k.kind): k
     for k in (
         POD, SERVICE, CONFIG_MAP, EVENT, NAMESPACE, SECRET, NODE, JOB, PYTORCH_JOB, TF_JOB,
-        MPI_JOB, XGBOOST_JOB, TRAIN_JOB, JOBSET, RAY_JOB,
+        MPI_JOB, XGBOOST_JOB, TRAIN_JOB, JOBSET, RAY_JOB, WORKLOAD,
     )
 }
 

@@ -15,10 +15,11 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from dlc_airflow.backends import kueue
 from dlc_airflow.backends.base import Backend
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError
-from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, ResourceKind, kind_of
+from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, WORKLOAD, ResourceKind, kind_of
 from dlc_airflow.k8s.waiter import JobWaiter
 from dlc_airflow.naming import (
     LABEL_ATTEMPT,
@@ -194,7 +195,19 @@ class KubeRunner:
         return self.client.list(POD, ref.namespace, labels={LABEL_JOB: ref.name})[0]
 
     def status(self, ref: JobRef) -> JobStatus:
-        return self.backend.status(self.objects(ref), self.pods(ref))
+        objects = self.objects(ref)
+        status = self.backend.status(objects, self.pods(ref))
+        if kueue.queued(objects):
+            status = kueue.with_kueue_verdict(status, self.workloads(ref))
+        return status
+
+    def workloads(self, ref: JobRef) -> list[dict]:
+        """Kueue's Workloads of a queued job (none where they cannot be read: the status then
+        says only that the job waits)."""
+        try:
+            return self.client.list(WORKLOAD, ref.namespace, labels={LABEL_JOB: ref.name})[0]
+        except KubeError:
+            return []
 
     def events(self, ref: JobRef, seen: set[str] | None = None) -> list[dict]:
         """Kubernetes Events about the job's objects and pods (not yet in `seen`)."""

@@ -1,7 +1,8 @@
 """Follow one job's status through the process's shared watches.
 
 A waiter subscribes to the shared watch of the job's kind and of pods in its namespace
-(see watch.py: one list+watch each per namespace, whatever the number of waiters), and
+(see watch.py: one list+watch each per namespace, whatever the number of waiters), and of
+Kueue's Workloads for a queued job (backends/kueue.py: Kueue's reason while it waits), and
 turns every change into a JobStatus with the backend's pure status mapping. Status
 callbacks run in the watch threads; the waits hand them to a queue.
 """
@@ -12,10 +13,11 @@ import threading
 from collections.abc import Callable
 
 from dlc_airflow import reasons
+from dlc_airflow.backends import kueue
 from dlc_airflow.backends.base import Backend
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import KubeClient
-from dlc_airflow.k8s.kinds import POD, ResourceKind
+from dlc_airflow.k8s.kinds import POD, WORKLOAD, ResourceKind
 from dlc_airflow.k8s.watch import REGISTRY, JobObjects, SharedWatch, WatchRegistry
 from dlc_airflow.naming import LABEL_JOB
 from dlc_airflow.runner import OnStatus
@@ -33,6 +35,8 @@ class JobWaiter:
         self._lock = threading.Lock()
         self._objects: JobObjects | None = None
         self._pods: JobObjects | None = None
+        self._workloads: JobObjects | None = None
+        self._workloads_key: tuple[str, str, ResourceKind] | None = None
         self._unsubscribe: list[Callable[[], None]] = []
         self._on_status: OnStatus | None = None
         self.last: JobStatus | None = None
@@ -40,8 +44,22 @@ class JobWaiter:
     def start(self, on_status: OnStatus) -> None:
         self._on_status = on_status
         for key, target in zip(self._keys, ("_objects", "_pods"), strict=True):
-            watch = self.registry.get(key, self._watch_factory(key))
-            self._unsubscribe.append(watch.subscribe(self.ref.name, self._receiver(target)))
+            self._subscribe(key, target)
+
+    def _subscribe(self, key: tuple[str, str, ResourceKind], target: str) -> None:
+        watch = self.registry.get(key, self._watch_factory(key))
+        self._unsubscribe.append(watch.subscribe(self.ref.name, self._receiver(target)))
+
+    def _follow_workloads(self) -> None:
+        """A queued job: also follow Kueue's Workloads of the namespace (one shared watch), for
+        Kueue's reason while the job waits. Subscribed outside the lock: it answers at once."""
+        with self._lock:
+            if self._workloads_key is not None or self._objects is None or not kueue.queued(
+                    list(self._objects.live.values())):
+                return
+            self._workloads_key = (self._keys[0][0], self.ref.namespace, WORKLOAD)
+            self._keys.append(self._workloads_key)
+        self._subscribe(self._workloads_key, "_workloads")
 
     def _watch_factory(self, key: tuple[str, str, ResourceKind]) -> Callable[[], SharedWatch]:
         return lambda: SharedWatch(self.client, key[1], key[2])
@@ -57,12 +75,14 @@ class JobWaiter:
         def receive(objs: JobObjects) -> None:
             with self._lock:
                 setattr(self, target, objs)
-                if self._objects is None or self._pods is None:
-                    return  # both watches must have answered once
-                status, pods = self._status()
-                self.last = status
-            if self._on_status:
+                answered = self._objects is not None and self._pods is not None  # both watches, once
+                if answered:
+                    status, pods = self._status()
+                    self.last = status
+            if answered and self._on_status:
                 self._on_status(status, pods)
+            if target == "_objects":
+                self._follow_workloads()
         return receive
 
     def _status(self) -> tuple[JobStatus, list[dict]]:
@@ -73,7 +93,11 @@ class JobWaiter:
         if refused:  # the watch may not see the job: the wait cannot go on
             return JobStatus(state=JobState.FAILED, reason=reasons.FORBIDDEN, message=refused), live_pods
         if objs.live:
-            return self.backend.status(list(objs.live.values()), live_pods), live_pods
+            status = self.backend.status(list(objs.live.values()), live_pods)
+            workloads = self._workloads
+            if workloads is not None and not workloads.error:  # unreadable: no verdict, not a failure
+                status = kueue.with_kueue_verdict(status, list(workloads.live.values()))
+            return status, live_pods
         if objs.deleted:
             final = self.backend.status(list(objs.deleted.values()), live_pods)
             if final.terminal:

@@ -115,3 +115,23 @@ def test_an_image_that_cannot_be_pulled_fails_within_queue_timeout_with_the_kube
     assert "could not start within queue_timeout (10s)" in text and "ErrImagePull" in text
     assert 'failed to pull and unpack image "registry.local/train:1": not found' in text
     wait_until(lambda: managed(kube) == [], "the job to be stopped")
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_a_job_kueue_does_not_admit_fails_within_queue_timeout_with_kueues_reason(
+        kube, controllers, policed_conn, dag_files, capfd, deferrable):
+    """More GPUs than the teams' cohort has (32): Kueue keeps the JobSet suspended, the task log
+    says why in Kueue's words, and queue_timeout ends the task with them and stops the job."""
+    from dlc_airflow.k8s.kinds import JOBSET
+
+    conn_id = policed_conn({})
+    job = training_job("2s", roles={"worker": 5}, resources={"cpu": "8", "memory": "64Gi", "gpu": 8},
+                       scheduling={"queue": "team-a"})
+    dag = dag_files.operator_dag(conn_id=conn_id, backend="jobset", job=job.to_dict(), deferrable=deferrable,
+                                 queue_timeout=15)
+    ti = dag.test().get_task_instance("train")
+    assert ti.state == "failed"
+    text = "".join(capfd.readouterr())
+    assert "was not scheduled within queue_timeout (15s): Kueue: couldn't assign flavors" in text, text[-3000:]
+    assert "insufficient quota for nvidia.com/gpu" in text
+    wait_until(lambda: managed(kube, JOBSET) == [], "the job to be stopped")

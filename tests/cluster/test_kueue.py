@@ -1,6 +1,6 @@
 """Kueue's quota system on the local control plane (k8s/cluster/kueue.yaml): the jobs of every
 Kubernetes backend are admitted by Kueue v0.17.0 before anything runs, and a job that does not
-fit stays queued whole.
+fit stays queued whole, its status saying why in Kueue's words (from its Workload).
 
 Each test namespace has LocalQueues team-a and team-b (tests/support/cluster.py). The teams'
 ClusterQueues share a cohort: 24 on-demand and 8 spot GPUs between them.
@@ -87,5 +87,15 @@ def test_a_job_over_quota_stays_queued_whole(queued, backend):
         assert pods == [], [p["metadata"]["name"] for p in pods]
         status = runner.status(ref)
         assert (status.state, status.reason) == (JobState.QUEUED, reasons.SUSPENDED), status.summary()
+        # Kueue's reason, as the task log shows it (Kueue words it anew as it retries)
+        assert status.message.startswith("Kueue: couldn't assign flavors") and "insufficient" in status.message
+        seen = []  # and through the shared watches the deferred wait uses
+        follower = runner.follow(ref)
+        follower.start(lambda s, pods: seen.append(s))
+        try:
+            wait_for(lambda: any(s.message.startswith("Kueue: couldn't assign flavors") for s in seen), timeout=30,
+                     what="Kueue's reason through the watches")
+        finally:
+            follower.close()
     finally:
         runner.stop(ref)
