@@ -18,6 +18,7 @@ import pytest
 
 from dlc_airflow import reasons
 from dlc_airflow.backends import get_backend
+from dlc_airflow.backends.base import KUEUE_QUEUE_LABEL
 from dlc_airflow.k8s.client import Conflict, KubeClient
 from dlc_airflow.k8s.kinds import kind_of
 from dlc_airflow.k8s.runner import KubeRunner
@@ -46,6 +47,8 @@ class ManagedElsewhere:
 
     def render(self, *args, **kwargs):
         objects = self._backend.render(*args, **kwargs)
+        # nor Kueue: a suspended job stays as the test writes it (no Workload's verdict)
+        objects[0]["metadata"]["labels"].pop(KUEUE_QUEUE_LABEL, None)
         spec = objects[0]["spec"]
         (spec.setdefault("runPolicy", {}) if objects[0]["apiVersion"] == "kubeflow.org/v1" else spec)["managedBy"] = MULTIKUEUE
         return objects

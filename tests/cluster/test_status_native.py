@@ -126,6 +126,9 @@ def test_suspended_for_kueue_is_queued(scenarios):
     s = wait_state(runner, refs["suspended"], {JobState.QUEUED}, timeout=30)
     assert s.reason == "Suspended" and s.message
     assert runner.pods(refs["suspended"]) == []  # nothing starts outside the queue's quota
+    # the namespace has no LocalQueue team-ml: Kueue says so, and so does the status
+    wait_for(lambda: runner.status(refs["suspended"]).message == "Kueue: LocalQueue team-ml doesn't exist",
+             timeout=30, what="Kueue's verdict in the status")
 
 
 def test_preempted_pod_is_replaced_without_a_restart(kube, admin):
