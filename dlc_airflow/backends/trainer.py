@@ -89,7 +89,6 @@ DEFAULT_RUNTIMES: dict[str, str] = {
 RESERVED_ENV_PREFIXES = ("PET_", "OMPI_MCA_")
 
 
-
 class TrainerBackend(Backend):
     name = "trainer"
     # and mpi, given a runtime (check)

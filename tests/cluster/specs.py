@@ -31,7 +31,6 @@ SERVICE_ACCOUNT_NAME = "trainer"
 PRIORITY_CLASS_KIND = ResourceKind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 SERVICE_ACCOUNT_KIND = ResourceKind("v1", "ServiceAccount", "serviceaccounts")
 CLUSTER_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
-LOCAL_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues")
 ACCEPTANCE_QUEUE = "acceptance"  # the full specs' queue (test_backends_accepted.py)
 
 # Roles of the fully-featured specs; Trainer v2 maps identical worker nodes only.
@@ -152,15 +151,6 @@ def ensure_cluster_queue(admin: KubeClient, name: str) -> None:
                 "flavors": [{"name": "on-demand", "resources": big}, {"name": "spot", "resources": big}]}]}}
     try:
         admin.request("POST", CLUSTER_QUEUE.path(), body=body)
-    except Conflict:
-        pass
-
-
-def ensure_local_queue(admin: KubeClient, namespace: str, cluster_queue: str) -> None:
-    body = {"apiVersion": LOCAL_QUEUE.api_version, "kind": "LocalQueue",
-            "metadata": {"name": cluster_queue, "namespace": namespace}, "spec": {"clusterQueue": cluster_queue}}
-    try:
-        admin.request("POST", LOCAL_QUEUE.path(namespace), body=body)
     except Conflict:
         pass
 

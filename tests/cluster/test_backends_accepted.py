@@ -43,7 +43,6 @@ from tests.cluster.specs import (
     UNSUPPORTED,
     dry_run_strict,
     ensure_cluster_queue,
-    ensure_local_queue,
     ensure_priority_class,
     ensure_service_account,
     full,
@@ -52,7 +51,7 @@ from tests.cluster.specs import (
     pod_templates,
     unique_name,
 )
-from tests.support.cluster import create_test_namespace, delete_namespace
+from tests.support.cluster import create_test_namespace, delete_namespace, ensure_local_queue
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,16 @@ from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, condition
 from tests.cluster.polling import wait_all_terminal, wait_for, wait_state
-from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, RICH_ROLES, SUPPORTED, TRAINER_ROLES, unique_name
+from tests.cluster.specs import (
+    CLUSTER_QUEUE,
+    COMMAND,
+    IDENTITY,
+    IMAGE,
+    RICH_ROLES,
+    SUPPORTED,
+    TRAINER_ROLES,
+    unique_name,
+)
 from tests.support.cluster import REPO, create_test_namespace, delete_namespace
 
 CRD_BACKENDS = ("kubeflow", "trainer", "jobset", "ray")
@@ -48,7 +57,6 @@ MUTATING = ResourceKind("admissionregistration.k8s.io/v1", "MutatingWebhookConfi
 VALIDATING = ResourceKind("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
                           "validatingwebhookconfigurations", namespaced=False)
 RAY_CLUSTER = ResourceKind("ray.io/v1", "RayCluster", "rayclusters")
-CLUSTER_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
 
 
 def versions() -> dict[str, str]:

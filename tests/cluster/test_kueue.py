@@ -14,7 +14,7 @@ import pytest
 
 from dlc_airflow import reasons
 from dlc_airflow.backends import get_backend
-from dlc_airflow.k8s.kinds import POD, ResourceKind
+from dlc_airflow.k8s.kinds import POD, WORKLOAD
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, condition
@@ -22,7 +22,6 @@ from tests.cluster.polling import wait_all_terminal, wait_for
 from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, unique_name
 from tests.support.cluster import create_test_namespace, delete_namespace
 
-WORKLOAD = ResourceKind("kueue.x-k8s.io/v1beta2", "Workload", "workloads")
 # A small job per backend, multi-role where the backend makes one Workload of it.
 SMALL = {
     "native": dict(type="batch", roles={"worker": 2}),

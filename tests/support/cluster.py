@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlc_airflow.k8s.client import KubeClient, NotFound
+from dlc_airflow.k8s.client import Conflict, KubeClient, NotFound
 from dlc_airflow.k8s.kinds import NAMESPACE, ResourceKind
 
 REPO = Path(__file__).resolve().parents[2]
@@ -276,12 +276,20 @@ def controllers_running() -> dict[str, bool]:
     return {name: running.get(name, False) for name in CONTROLLERS}
 
 
+LOCAL_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues")
+
+
+def ensure_local_queue(admin: KubeClient, namespace: str, cluster_queue: str) -> None:
+    """A Kueue LocalQueue named after its ClusterQueue, in a namespace (kept if it exists)."""
+    body = {"apiVersion": LOCAL_QUEUE.api_version, "kind": "LocalQueue",
+            "metadata": {"name": cluster_queue, "namespace": namespace}, "spec": {"clusterQueue": cluster_queue}}
+    try:
+        admin.request("POST", LOCAL_QUEUE.path(namespace), body=body)
+    except Conflict:
+        pass
+
+
 def create_local_queues(admin: KubeClient, namespace: str) -> None:
     """Kueue LocalQueues team-a and team-b (k8s/cluster/kueue.yaml's ClusterQueues) in a namespace."""
-    from dlc_airflow.k8s.kinds import ResourceKind as Kind
-
-    local_queue = Kind("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues")
     for team in ("team-a", "team-b"):
-        admin.request("POST", local_queue.path(namespace), body={
-            "apiVersion": local_queue.api_version, "kind": "LocalQueue",
-            "metadata": {"name": team, "namespace": namespace}, "spec": {"clusterQueue": team}})
+        ensure_local_queue(admin, namespace, team)
