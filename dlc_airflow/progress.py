@@ -70,7 +70,9 @@ class Progress:
         if prev is None or (status.state, status.reason, status.message) != (prev.state, prev.reason, prev.message):
             lines.append(f"job {self.job}: {status.summary()}")
         if prev is not None and status.restarts > prev.restarts:
-            lines.append(f"job {self.job}: a replica failed and was restarted "
+            what = ("was preempted and requeued" if status.reason == reasons.PREEMPTED
+                    else "a replica failed and was restarted")
+            lines.append(f"job {self.job}: {what} "
                          f"({status.restarts} restart{'s' if status.restarts != 1 else ''} so far)")
         if status.state in QUEUED_STATES:
             if self.queued_since is None:

@@ -17,6 +17,7 @@ STOPPED = "Stopped"
 QUEUE_TIMEOUT = "QueueTimeout"  # not running within queue_timeout
 TIMEOUT = "Timeout"  # not finished within timeout
 CANNOT_START = "CannotStart"  # pods can never be created (FailedCreate, image pull...)
+PREEMPTED = "Preempted"  # Kueue evicted the job for a higher-priority or reclaiming one
 FORBIDDEN = "Forbidden"  # the connection's identity may not watch the job (401/403)
 
 # live

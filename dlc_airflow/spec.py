@@ -342,6 +342,10 @@ class CodeSource(_Model):
 
 class Scheduling(_Model):
     queue: str | None = Field(None, description="Kueue LocalQueue name")
+    queue_priority: str | None = Field(
+        None, description="Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class): decides "
+        "who preempts whom in the queue; needs queue"
+    )
     priority_class: str | None = None
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
@@ -360,7 +364,7 @@ class Scheduling(_Model):
             check_label_value(key, val)
         return value
 
-    @field_validator("queue", "priority_class", "service_account")
+    @field_validator("queue", "queue_priority", "priority_class", "service_account")
     @classmethod
     def _dns_name(cls, value: str | None, info) -> str | None:
         if value is not None and not is_templated(value):
@@ -386,10 +390,13 @@ class Scheduling(_Model):
         return value
 
     @model_validator(mode="after")
-    def _nodes_disjoint(self) -> Scheduling:
+    def _consistent(self) -> Scheduling:
         both = sorted(set(self.include_nodes) & set(self.exclude_nodes))
         if both:
             raise ValueError(f"nodes {both} are in both include_nodes and exclude_nodes")
+        if self.queue_priority is not None and self.queue is None:
+            raise ValueError(f"queue_priority {self.queue_priority!r} is a Kueue priority and needs a queue: "
+                             "set scheduling.queue too, or drop queue_priority")
         return self
 
 

@@ -35,7 +35,9 @@ from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition, parse
 __all__ = [
     "CONFIG_MAP",
     "JOB",
+    "KUEUE_PRIORITY_LABEL",
     "KUEUE_QUEUE_LABEL",
+    "ON_PREEMPTION_LABEL",
     "SERVICE",
     "Backend",
     "BackendError",
@@ -53,6 +55,11 @@ __all__ = [
 
 # Kueue admits workloads that carry this label (the value is a LocalQueue).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# ... with this priority (a WorkloadPriorityClass): who preempts whom
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# On a queued job whose fault tolerance says a preemption fails it (restart_on_preemption
+# off): Kueue would requeue it, so the waiting side fails it instead (backends/kueue.py).
+ON_PREEMPTION_LABEL = naming.PREFIX + "on-preemption"
 
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -111,8 +118,16 @@ def object_annotations(job: DLCJob, identity: naming.TaskIdentity | None) -> dic
 
 
 def queue_labels(job: DLCJob) -> dict[str, str]:
-    """Kueue's queue label for the top-level object(s), when the job names a queue."""
-    return {KUEUE_QUEUE_LABEL: job.scheduling.queue} if job.scheduling.queue else {}
+    """Kueue's labels for the top-level object(s), when the job names a queue: the queue, its
+    priority, and what a preemption by Kueue means for it."""
+    if not job.scheduling.queue:
+        return {}
+    labels = {KUEUE_QUEUE_LABEL: job.scheduling.queue}
+    if job.scheduling.queue_priority:
+        labels[KUEUE_PRIORITY_LABEL] = job.scheduling.queue_priority
+    if not job.fault_tolerance.restart_on_preemption:
+        labels[ON_PREEMPTION_LABEL] = "fail"
+    return labels
 
 
 def deadline_seconds(job: DLCJob) -> int | None:
@@ -333,10 +348,16 @@ def cannot_start(pods: list[dict] | None) -> str:
     return ""
 
 
+# Event reasons of a controller that could not create a pod: the Job controller's (native,
+# and the Jobs JobSet and Trainer make), the Training Operator's, KubeRay's.
+FAILED_CREATE_REASONS = frozenset({"FailedCreate", "FailedCreatePod", "FailedToCreateHeadPod",
+                                   "FailedToCreateWorkerPod"})
+
+
 def failed_create(events: list[dict]) -> str:
-    """The newest FailedCreate (the controller could not create a pod: a missing
-    ServiceAccount, Pod Security, a quota) among `events`, as '<kind> <name>: <message>'."""
-    found = [e for e in events if e.get("reason") == "FailedCreate"]
+    """The newest event saying a controller could not create a pod (a missing ServiceAccount,
+    Pod Security, a quota) among `events`, as '<kind> <name>: <message>'."""
+    found = [e for e in events if e.get("reason") in FAILED_CREATE_REASONS]
     if not found:
         return ""
     newest = max(found, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")

@@ -241,7 +241,16 @@ class KubeflowBackend(Backend):
     def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
         if not objects:
             return not_found()
-        return apply_pods(kubeflow_status(objects[0]), pods)
+        status = kubeflow_status(objects[0])
+        in_place = container_restarts(pods or [])
+        if in_place > status.restarts:  # OnFailure: the kubelet restarts containers in place
+            status = status.model_copy(update={"restarts": in_place})
+        return apply_pods(status, pods)
+
+
+def container_restarts(pods: list[dict]) -> int:
+    return sum(int(c.get("restartCount") or 0) for pod in pods
+               for c in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
 # Kubeflow replica types back to our role names.
@@ -260,13 +269,15 @@ def kubeflow_status(obj: dict) -> JobStatus:
     roles: dict[str, RoleCounts] = {}
     for rtype, rspec in replica_specs.items():
         roles[_ROLE_OF_TYPE.get(rtype, rtype.lower())] = RoleCounts(replicas=int((rspec or {}).get("replicas", 1)))
-    failed_pods = 0
+    # Restarts are not in the operator's status: replicaStatuses counts the pods that exist now,
+    # and under the ExitCode policy a replica that exited 128-255 is deleted and created again.
+    # What is known: a Restarting job has restarted at least once (the pods' own restart counts
+    # are added by KubeflowBackend.status).
     for rtype, rs in (st.get("replicaStatuses") or {}).items():
         c = roles.setdefault(_ROLE_OF_TYPE.get(rtype, rtype.lower()), RoleCounts())
         c.active = int(rs.get("active") or 0)
         c.succeeded = int(rs.get("succeeded") or 0)
         c.failed = int(rs.get("failed") or 0)
-        failed_pods += c.failed
 
     meta = obj.get("metadata") or {}
     base: dict[str, Any] = {
@@ -282,24 +293,23 @@ def kubeflow_status(obj: dict) -> JobStatus:
 
     if cond := condition(obj, "Failed"):
         finished = latest([st.get("completionTime"), cond.get("lastTransitionTime")])
-        # every failed pod but the last was restarted
-        failed = result(JobState.FAILED, "Failed", cond, finished=finished, restarts=max(0, failed_pods - 1))
+        failed = result(JobState.FAILED, "Failed", cond, finished=finished)
         return failed.model_copy(update={"reason": failure_reason(cond, replica_specs)})
     if cond := condition(obj, "Succeeded"):
         finished = latest([st.get("completionTime") or cond.get("lastTransitionTime")])
-        succeeded = result(JobState.SUCCEEDED, reasons.COMPLETED, cond, finished=finished, restarts=failed_pods)
+        succeeded = result(JobState.SUCCEEDED, reasons.COMPLETED, cond, finished=finished)
         return succeeded.model_copy(update={"reason": reasons.COMPLETED})  # not the operator's <Kind>Succeeded
     if cond := condition(obj, "Suspended"):
         return result(JobState.QUEUED, reasons.SUSPENDED, cond).model_copy(update={"reason": reasons.SUSPENDED})
     if cond := condition(obj, "Restarting"):
-        return result(JobState.RESTARTING, reasons.RESTARTING, cond, restarts=max(1, failed_pods))
+        return result(JobState.RESTARTING, reasons.RESTARTING, cond, restarts=1)
     if cond := condition(obj, "Running"):
-        return result(JobState.RUNNING, reasons.RUNNING, cond, restarts=failed_pods)
+        return result(JobState.RUNNING, reasons.RUNNING, cond)
     if (spec.get("runPolicy") or {}).get("suspend"):
         return JobStatus(state=JobState.QUEUED, reason=reasons.SUSPENDED,
                          message="suspended (waiting for admission, e.g. Kueue)", **base)
     cond = condition(obj, "Created") or {}
-    return result(JobState.PENDING, reasons.CREATED, cond, restarts=failed_pods)
+    return result(JobState.PENDING, reasons.CREATED, cond)
 
 
 def failure_reason(cond: dict, replica_specs: dict) -> str:

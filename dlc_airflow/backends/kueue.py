@@ -2,6 +2,8 @@
 
 A job with a queue waits suspended until Kueue admits it; why it waits (no quota, no such
 LocalQueue...) is on the Workload Kueue made for it (one per object it admits), not on the job.
+So is a preemption: Kueue evicts the Workload (condition Evicted, reason Preempted), suspends
+the job (its controller removes the pods) and requeues it; the counters of its evictions stay.
 The Workloads carry the job's labels when Kueue copies them (`integrations.labelKeysToCopy:
 [app.kubernetes.io/managed-by, dlc-airflow/job-name]` in Kueue's configuration), so the
 waiting side finds them like the job's other objects (and needs get/list/watch on workloads,
@@ -11,7 +13,7 @@ k8s/rbac/role.yaml); without them the status says only "suspended".
 from __future__ import annotations
 
 from dlc_airflow import reasons
-from dlc_airflow.backends.base import KUEUE_QUEUE_LABEL
+from dlc_airflow.backends.base import KUEUE_QUEUE_LABEL, ON_PREEMPTION_LABEL
 from dlc_airflow.status import JobState, JobStatus
 
 
@@ -32,9 +34,60 @@ def pending_message(workloads: list[dict]) -> str | None:
     return None
 
 
-def with_kueue_verdict(status: JobStatus, workloads: list[dict]) -> JobStatus:
-    """A job suspended for admission gets Kueue's own reason as its message."""
+def evictions(workloads: list[dict]) -> int:
+    """How often Kueue preempted (or evicted for failed nodes) the job: the Workloads' counters,
+    which survive re-admission."""
+    total = 0
+    for workload in workloads:
+        stats = ((workload.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []
+        total += sum(int(e.get("count") or 0) for e in stats if e.get("reason") in _REQUEUED)
+    return total
+
+
+def evicted(workloads: list[dict]) -> dict | None:
+    """The Evicted condition of a Workload Kueue took the quota back from (preempted, or its
+    nodes failed) and that is not admitted again yet; None otherwise."""
+    for workload in workloads:
+        conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+        cond = conditions.get("Evicted") or {}
+        if cond.get("status") == "True" and cond.get("reason") in _REQUEUED:
+            return cond
+    return None
+
+
+# Eviction reasons after which Kueue requeues the job by itself (not a user's deactivation).
+_REQUEUED = ("Preempted", "NodeFailures")
+
+
+def with_kueue_verdict(status: JobStatus, workloads: list[dict], objects: list[dict] | None = None) -> JobStatus:
+    """The job's status with what Kueue says about it:
+
+    - preempted (the job's pods are being or were removed, the job requeued): RESTARTING,
+      reason Preempted, with Kueue's message - or FAILED when the job's fault tolerance says a
+      preemption fails it (restart_on_preemption off: label ON_PREEMPTION_LABEL);
+    - every preemption so far counts as a restart (it does not use up max_restarts);
+    - suspended for admission: Kueue's reason it waits.
+    """
+    preemptions = evictions(workloads)
+    if preemptions:
+        status = status.model_copy(update={"restarts": status.restarts + preemptions})
+    if status.terminal:
+        return status
+    cond = evicted(workloads)
+    if cond is not None:
+        message = f"Kueue: {cond.get('message') or 'preempted'}"
+        if fails_on_preemption(objects or []):
+            return status.model_copy(update={"state": JobState.FAILED, "reason": reasons.PREEMPTED,
+                                             "message": message + " (fault_tolerance.restart_on_preemption is off)"})
+        return status.model_copy(update={"state": JobState.RESTARTING, "reason": reasons.PREEMPTED,
+                                         "message": message + " (requeued: it runs again once admitted)",
+                                         "restarts": max(status.restarts, 1)})
     if status.state is not JobState.QUEUED or status.reason != reasons.SUSPENDED:
         return status
-    message = pending_message(workloads)
-    return status.model_copy(update={"message": f"Kueue: {message}"}) if message else status
+    pending = pending_message(workloads)
+    return status.model_copy(update={"message": f"Kueue: {pending}"}) if pending else status
+
+
+def fails_on_preemption(objects: list[dict]) -> bool:
+    """The job's fault tolerance says a preemption fails it (restart_on_preemption off)."""
+    return any(((o.get("metadata") or {}).get("labels") or {}).get(ON_PREEMPTION_LABEL) == "fail" for o in objects)

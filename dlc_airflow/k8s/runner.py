@@ -198,7 +198,7 @@ class KubeRunner:
         objects = self.objects(ref)
         status = self.backend.status(objects, self.pods(ref))
         if kueue.queued(objects):
-            status = kueue.with_kueue_verdict(status, self.workloads(ref))
+            status = kueue.with_kueue_verdict(status, self.workloads(ref), objects)
         return status
 
     def workloads(self, ref: JobRef) -> list[dict]:
@@ -263,8 +263,15 @@ class KubeRunner:
     # -- stop --------------------------------------------------------------------------
     def settle(self, ref: JobRef) -> list[str]:
         """Once the job has finished: stop the parts still running (a native job's
-        parameter servers, or its other roles after one role failed); every object stays."""
-        names = self.backend.leftovers(self.objects(ref))
+        parameter servers, or its other roles after one role failed); every object stays -
+        but for a job its Kueue preemption failed (restart_on_preemption off), which is deleted:
+        Kueue would run it again."""
+        objects = self.objects(ref)
+        if kueue.queued(objects) and kueue.fails_on_preemption(objects) and kueue.evicted(self.workloads(ref)):
+            # failed by its preemption (restart_on_preemption off): Kueue would run it again
+            self.stop(ref)
+            return [ref.name]
+        names = self.backend.leftovers(objects)
         for name in names:
             self.client.patch(ref.kind, name, self.backend.stop_patch(), ref.namespace)
         return names

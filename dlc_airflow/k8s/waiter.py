@@ -93,10 +93,11 @@ class JobWaiter:
         if refused:  # the watch may not see the job: the wait cannot go on
             return JobStatus(state=JobState.FAILED, reason=reasons.FORBIDDEN, message=refused), live_pods
         if objs.live:
-            status = self.backend.status(list(objs.live.values()), live_pods)
+            objects = list(objs.live.values())
+            status = self.backend.status(objects, live_pods)
             workloads = self._workloads
             if workloads is not None and not workloads.error:  # unreadable: no verdict, not a failure
-                status = kueue.with_kueue_verdict(status, list(workloads.live.values()))
+                status = kueue.with_kueue_verdict(status, list(workloads.live.values()), objects)
             return status, live_pods
         if objs.deleted:
             final = self.backend.status(list(objs.deleted.values()), live_pods)

@@ -219,6 +219,8 @@ def _check_scheduling(job: DLCJob) -> None:
                       "ServiceAccount: drop it")
     if sched.spot == "prefer":
         raise _refuse("scheduling.spot", "DLC's spot jobs do not fall back to regular instances: use spot='require'")
+    if sched.queue_priority is not None:
+        raise _refuse("scheduling.queue_priority", "a Kueue priority; DLC's is priority_class (1-9)")
     if sched.priority_class is not None:
         priority(sched.priority_class)
 

@@ -169,6 +169,8 @@ class SlurmBackend:
             raise _refuse("scheduling.tolerations: Slurm has no taints: remove them")
         if sched.service_account:
             raise _refuse("scheduling.service_account: Slurm jobs run as the connection's user: remove it")
+        if sched.queue_priority:
+            raise _refuse("scheduling.queue_priority: a Kueue priority; on Slurm use priority_class (a QOS)")
         from dlc_airflow.secrets import SecretKeyRef, entries
 
         for entry in entries(job):

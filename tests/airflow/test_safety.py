@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from dlc_airflow.k8s.kinds import JOB
+from dlc_airflow.k8s.kinds import JOB, JOBSET, POD, PYTORCH_JOB, RAY_JOB, TRAIN_JOB
 from dlc_airflow.naming import MANAGED_BY
 from tests.airflow.conftest import restricted_kubeconfig
 from tests.airflow.test_operator_dagtest import training_job, wait_until
@@ -67,20 +67,33 @@ def test_the_connections_policy_refuses_before_anything_is_created(kube, policed
     assert managed(kube) == []
 
 
-@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+# backend -> (the job, the kind of its primary object, whose controller reports the FailedCreate)
+CANNOT_CREATE = {
+    "native": ({}, JOB, "Job"),  # the Job controller: FailedCreate
+    "jobset": ({}, JOBSET, "Job"),  # the Job controller, on the JobSet's child Job
+    "kubeflow": ({}, PYTORCH_JOB, "PyTorchJob"),  # the Training Operator: FailedCreatePod
+    "trainer": ({"roles": {"worker": 2}}, TRAIN_JOB, "Job"),  # TrainJob -> JobSet -> Job
+    "ray": ({"type": "ray", "roles": {"head": 1, "worker": 1}}, RAY_JOB, "RayCluster"),  # FailedToCreateHeadPod
+}
+
+
+@pytest.mark.parametrize("backend,deferrable", [("native", False), ("native", True), ("jobset", True),
+                                                ("kubeflow", False), ("trainer", True), ("ray", True)])
 def test_a_missing_service_account_fails_within_queue_timeout_with_the_servers_message(
-        kube, policed_conn, dag_files, capfd, deferrable):
-    """The Job controller cannot create the pods (FailedCreate): nothing else reports it."""
+        kube, controllers, policed_conn, dag_files, capfd, backend, deferrable):
+    """The controller cannot create the pods (an Event: FailedCreate and its kin): nothing else
+    reports it. On native and, through their real controllers, on every CRD backend."""
+    overrides, kind, reporter = CANNOT_CREATE[backend]
     conn_id = policed_conn({"service_accounts": ["nope"]})  # allowed, but it does not exist
-    job = training_job("2s", scheduling={"service_account": "nope"})
-    dag = dag_files.operator_dag(conn_id=conn_id, backend="native", job=job.to_dict(), deferrable=deferrable,
+    job = training_job("2s", scheduling={"service_account": "nope"}, **overrides)
+    dag = dag_files.operator_dag(conn_id=conn_id, backend=backend, job=job.to_dict(), deferrable=deferrable,
                                  queue_timeout=15)
     ti = dag.test().get_task_instance("train")
     assert ti.state == "failed"
     text = "".join(capfd.readouterr())
-    assert "could not start within queue_timeout (15s)" in text
+    assert "could not start within queue_timeout (15s): " + reporter in text, text[-3000:]
     assert 'serviceaccount "nope" not found' in text
-    wait_until(lambda: managed(kube) == [], "the job to be stopped")
+    wait_until(lambda: managed(kube, kind) == [] and managed(kube, POD) == [], "the job to be stopped")
 
 
 def test_pod_security_refusing_a_host_path_fails_with_the_servers_message(

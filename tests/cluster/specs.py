@@ -16,6 +16,8 @@ from dlc_airflow.k8s.kinds import ResourceKind, kind_of
 from dlc_airflow.spec import DLCJob
 
 IMAGE = "registry.example.com/ml/train:2026.12"
+# how long a pod runs before kwok completes it (k8s/cluster/pod-stages.yaml), as a job annotation
+RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
 COMMAND = ["python", "-m", "train", "--epochs", "3"]
 IDENTITY = naming.TaskIdentity("retrain_daily", "train", "scheduled__2026-12-01T00:00:00+00:00",
                                map_index=2, try_number=1)

@@ -272,8 +272,15 @@ def test_kubeflow_failed_and_suspended():
     assert s.state is JobState.FAILED and s.reason == reasons.RESTART_LIMIT_EXCEEDED
     assert "1 Worker replica(s) failed" in s.message
     assert s.finished == ts(T3) and s.restarts == 0
-    # three failed pods: two were restarted, the third failed the job
-    s = kubeflow.status([pytorchjob([cond("Created", at=T0), failed], {"Worker": {"failed": 3}}, startTime=T1)])
+    # failed pods are not restarts: under the ExitCode policy the operator deletes the pods it
+    # restarts, so the failed ones left are the replicas that failed the job (both at once here)
+    s = kubeflow.status([pytorchjob([cond("Created", at=T0), failed], {"Worker": {"failed": 2}}, startTime=T1)])
+    assert s.state is JobState.FAILED and s.restarts == 0
+    # restarts in place (OnFailure) are the containers' restart counts
+    pod = {"metadata": {"name": f"{NAME}-worker-0"}, "status": {"phase": "Failed", "containerStatuses": [
+        {"name": "pytorch", "restartCount": 2, "state": {"terminated": {"exitCode": 1}}}]}}
+    s = kubeflow.status([pytorchjob([cond("Created", at=T0), failed], {"Worker": {"failed": 1}}, startTime=T1)],
+                        [pod])
     assert s.state is JobState.FAILED and s.restarts == 2
     evicted = cond("Failed", "PyTorchJobEvicted", "evicted", T3)  # a reason of the operator's own, kept
     s = kubeflow.status([pytorchjob([cond("Created", at=T0), evicted], {"Worker": {"failed": 1}},

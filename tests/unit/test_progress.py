@@ -16,6 +16,9 @@ def test_logs_state_changes_and_restarts_but_not_repeats():
     lines = p.update(status("RUNNING", active=2, restarts=1), 3.0)
     assert lines[0].startswith("job job-1: RUNNING") and "restarts=1" in lines[0]
     assert "restarted (1 restart so far)" in lines[1]
+    lines = p.update(status("RESTARTING", reason="Preempted", message="Kueue: Preempted to accommodate a workload",
+                            restarts=2), 4.0)
+    assert "job job-1: was preempted and requeued (2 restarts so far)" in lines[1]
 
 
 def test_queue_timeout_carries_the_schedulers_message():
