@@ -62,6 +62,18 @@ with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timez
 
 
 @pytest.fixture
+def policed_conn(cluster, namespace, tmp_path, monkeypatch, airflow_db):
+    """A connection to the test namespace (restricted identity) whose admin set a policy."""
+    def make(policy: dict) -> str:
+        conn_id = f"dlc_{uuid.uuid4().hex[:8]}"
+        kubeconfig = restricted_kubeconfig(cluster, namespace, tmp_path / f"{conn_id}.json")
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kubernetes", "extra": {
+            "kube_config_path": str(kubeconfig), "namespace": namespace, "dlc_policy": policy}}))
+        return conn_id
+    return make
+
+
+@pytest.fixture
 def dag_files(airflow_db):
     """Write DAG files into the dags folder (dag.test needs a DAG the bundle can parse) and
     import them; removed after the test."""

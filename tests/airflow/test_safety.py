@@ -5,32 +5,17 @@ queue_timeout with the API server's own message and are stopped."""
 
 from __future__ import annotations
 
-import json
 import sys
-import uuid
 
 import pytest
 
 from dlc_airflow.k8s.kinds import JOB, JOBSET, POD, PYTORCH_JOB, RAY_JOB, TRAIN_JOB
 from dlc_airflow.naming import MANAGED_BY
-from tests.airflow.conftest import restricted_kubeconfig
 from tests.airflow.test_operator_dagtest import training_job, wait_until
 
 
 def managed(kube, kind=JOB):
     return kube.list(kind, labels={MANAGED_BY: "dlc-airflow"})[0]
-
-
-@pytest.fixture
-def policed_conn(cluster, namespace, tmp_path, monkeypatch, airflow_db):
-    """A connection to the test namespace (restricted identity) whose admin set a policy."""
-    def make(policy: dict) -> str:
-        conn_id = f"dlc_{uuid.uuid4().hex[:8]}"
-        kubeconfig = restricted_kubeconfig(cluster, namespace, tmp_path / f"{conn_id}.json")
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kubernetes", "extra": {
-            "kube_config_path": str(kubeconfig), "namespace": namespace, "dlc_policy": policy}}))
-        return conn_id
-    return make
 
 
 HOST_ROOT = {"type": "host_path", "path": "/", "mount_path": "/host"}
