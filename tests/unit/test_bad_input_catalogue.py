@@ -64,6 +64,11 @@ def code(**kw) -> dict:
 
 # -- the job spec ---------------------------------------------------------------------------
 SPEC = {
+    # a Kueue priority without a queue would be silently ignored
+    "queue_priority without queue": ({"scheduling": {"queue_priority": "production"}},
+                                     ["scheduling", "queue_priority 'production'", "set scheduling.queue"]),
+    "queue_priority: Production": ({"scheduling": {"queue": "team-a", "queue_priority": "Production"}},
+                                   ["queue_priority 'Production'", "lowercase DNS name"]),
     # a bool is not a replica count, and a replica count is a whole number
     "worker: true": ({"roles": {"worker": True}}, ["roles.worker.replicas", "whole number", "true"]),
     "worker: false": ({"roles": {"worker": False}}, ["roles.worker.replicas", "whole number", "false"]),

@@ -341,6 +341,7 @@ REFUSALS = [
     ("scheduling.node_selector", {"scheduling": {"node_selector": {"pool": "gpu"}}}),
     ("scheduling.tolerations", {"scheduling": {"tolerations": [{"key": "gpu", "operator": "Exists"}]}}),
     ("scheduling.service_account", {"scheduling": {"service_account": "trainer"}}),
+    ("scheduling.queue_priority", {"scheduling": {"queue": "quota1", "queue_priority": "production"}}),
     ("scheduling.spot", {"scheduling": {"spot": "prefer"}}),
     ("fault_tolerance.retryable_exit_codes", {"fault_tolerance": {"max_restarts": 2, "retryable_exit_codes": [1]}}),
     ("fault_tolerance.restart_on_preemption", {"fault_tolerance": {"restart_on_preemption": False}}),
