@@ -1,0 +1,50 @@
+"""scripts/k8s-local's own lifecycle, on a second, throwaway control plane (its own name and
+state folder, no job controllers): `restart-apiserver` replaces the API server in place, and
+`down` stops every process the script started, the restarted API server included."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.cluster import K8S_LOCAL
+
+
+def cluster_processes(workdir: Path) -> list[str]:
+    """Processes started from the cluster's folder (its binaries are linked there)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if cmdline and cmdline[0].startswith(str(workdir)) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(f"{proc.info['pid']} {cmdline[0]}")
+    return found
+
+
+@pytest.mark.slow
+def test_down_stops_every_process_even_after_restart_apiserver(cluster, tmp_path):
+    if cluster.source != "local control plane (scripts/k8s-local)":
+        pytest.skip("runs the local control plane's script itself")
+    env = {**os.environ, "DLC_K8S_NAME": "lifecycle", "DLC_K8S_STATE": str(tmp_path / "state"),
+           "DLC_K8S_CONTROLLERS": "none"}
+    workdir = tmp_path / "state" / "kwok" / "clusters" / "lifecycle"
+
+    def script(*args: str) -> str:
+        done = subprocess.run([str(K8S_LOCAL), *args], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout + done.stderr
+
+    try:
+        script("up")
+        before = cluster_processes(workdir)
+        assert any("kube-apiserver" in p for p in before), before
+        pidfile = workdir / "pids" / "kube-apiserver.pid"
+        first = pidfile.read_text().strip()
+        assert "kube-apiserver restarted" in script("restart-apiserver")
+        assert pidfile.read_text().strip() != first
+    finally:
+        script("down")
+    assert cluster_processes(workdir) == []
