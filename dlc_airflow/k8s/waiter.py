@@ -43,7 +43,8 @@ class JobWaiter:
 
     def start(self, on_status: OnStatus) -> None:
         self._on_status = on_status
-        for key, target in zip(self._keys, ("_objects", "_pods"), strict=True):
+        # a copy: a watch that answers at once may add the Workloads' key to self._keys
+        for key, target in zip(list(self._keys), ("_objects", "_pods"), strict=True):
             self._subscribe(key, target)
 
     def _subscribe(self, key: tuple[str, str, ResourceKind], target: str) -> None:

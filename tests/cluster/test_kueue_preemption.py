@@ -76,13 +76,14 @@ class Watched:
 
 
 @pytest.fixture
-def quota(controllers, admin):
+def quota(controllers, admin, request):
     """A namespace with LocalQueues team-a and team-b, once the teams hold no GPUs (jobs of
-    earlier tests gone), and the jobset runner of the restricted identity."""
+    earlier tests gone), and a runner of the restricted identity (jobset unless parametrized)."""
+    backend = getattr(request, "param", "jobset")
     wait_for(lambda: not any(on_demand_gpus(admin, team)["total"] for team in ("team-a", "team-b")), timeout=120,
              what="the teams' GPUs to be free")
     ns = create_test_namespace(admin, prefix="kp")
-    runner = KubeRunner(controllers.restricted(ns), get_backend("jobset"))
+    runner = KubeRunner(controllers.restricted(ns), get_backend(backend))
     started: list = []
     yield runner, admin, started
     for ref in started:
@@ -96,6 +97,7 @@ def submit(runner: KubeRunner, started: list, job: DLCJob, name: str):
     return ref
 
 
+@pytest.mark.parametrize("quota", ["jobset", "native", "kubeflow", "trainer"], indirect=True)
 def test_a_production_job_preempts_an_experiment_which_runs_again(quota):
     runner, admin, started = quota
     # the experiment takes all 24 on-demand GPUs: team-a's 12 and the 12 it borrows from team-b

@@ -46,3 +46,42 @@ def test_a_watch_that_gets_a_waiter_again_is_kept():
     assert registry.get("k", StubWatch) is watch
     time.sleep(0.4)
     assert not watch.stopped
+
+
+class SyncedWatch(StubWatch):
+    """A shared watch that has listed already: it answers a new subscriber at once, in the call."""
+
+    def __init__(self, objects):
+        super().__init__()
+        self.objects = objects
+
+    def subscribe(self, job, callback):
+        from dlc_airflow.k8s.watch import JobObjects
+
+        self.waiters += 1
+        callback(JobObjects(live=dict(self.objects), synced=True))
+        return lambda: None
+
+
+def test_a_waiter_on_warm_watches_of_a_queued_job_follows_its_workloads():
+    """The job watch answers during start(), and the job names a Kueue queue: the waiter adds the
+    Workloads' watch while it is still subscribing (this once broke start())."""
+    from dlc_airflow.backends import get_backend
+    from dlc_airflow.jobref import JobRef
+    from dlc_airflow.k8s.kinds import JOBSET, WORKLOAD
+    from dlc_airflow.k8s.waiter import JobWaiter
+
+    queued = {"j": {"apiVersion": JOBSET.api_version, "kind": "JobSet", "metadata": {
+        "name": "j", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}}, "spec": {"suspend": True}}}
+    registry = WatchRegistry()
+    watches = {}
+
+    def factory_for(key):
+        return watches.setdefault(key, SyncedWatch(queued if key[2] == JOBSET else {}))
+
+    waiter = JobWaiter(None, get_backend("jobset"), JobRef("j", "ns", "jobset", JOBSET), "c", registry=registry)
+    waiter._watch_factory = lambda key: (lambda: factory_for(key))
+    seen = []
+    waiter.start(lambda status, pods: seen.append(status))
+    assert ("c", "ns", WORKLOAD) in watches and seen and seen[-1].state.value == "QUEUED"
+    waiter.close()
