@@ -289,6 +289,11 @@ def check_git_repo(value: str, what: str = "code.repo") -> str:
             parts.port  # noqa: B018 - raises ValueError for a port that is not a number
         except ValueError:
             raise ValueError(f"{what} {value!r} is not a valid URL (check the host and port)") from None
+        if parts.password:  # the value is not echoed: it holds a secret
+            shown = value.replace(f":{parts.password}@", ":***@", 1)
+            raise ValueError(f"{what} {shown!r} carries a password or token, which would sit in the job's "
+                             "objects and logs: put the credentials in a Secret (keys username, password) and "
+                             "name it in code.secret_name")
         if name != "file" and (not parts.hostname or not parts.path.strip("/")):
             raise ValueError(f"{what} {value!r} needs a host and a repository path, e.g. "
                              "https://git.example.com/team/repo.git")

@@ -64,6 +64,9 @@ def code(**kw) -> dict:
 
 # -- the job spec ---------------------------------------------------------------------------
 SPEC = {
+    # a token in the clone URL would be stored in the job and printed by git
+    "code.repo with a token": (code(repo="https://ci:ghp_s3cr3tT0ken@git.example.com/ml/train.git"),
+                               ["code.repo", "https://ci:***@git.example.com/ml/train.git", "code.secret_name"]),
     # a Kueue priority without a queue would be silently ignored
     "queue_priority without queue": ({"scheduling": {"queue_priority": "production"}},
                                      ["scheduling", "queue_priority 'production'", "set scheduling.queue"]),
@@ -614,3 +617,9 @@ def test_the_catalogue_has_at_least_150_cases_with_the_cluster_ones():
     unit = sum(len(t) for t in (SPEC, DIRECT, FILES, OPERATOR, SENSOR, PIPELINE, RETRAINING, CLI))
     assert unit + CASE_COUNT >= 150, (unit, CASE_COUNT)
     json.dumps(sorted(SPEC))  # case names are plain text (they are the test ids)
+
+
+def test_a_token_in_the_clone_url_is_not_repeated_in_the_refusal():
+    with pytest.raises(SpecError) as refused:
+        parse_job({**BASE, **code(repo="https://ci:ghp_s3cr3tT0ken@git.example.com/ml/train.git")})
+    assert "ghp_s3cr3tT0ken" not in str(refused.value)
