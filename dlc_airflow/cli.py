@@ -93,17 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(p)
     p.set_defaults(func=_sanity_check)
+
+    from dlc_airflow.jobs_cli import add_parser as add_jobs
+
+    add_jobs(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dlc_airflow.backends import BackendError
-    from dlc_airflow.spec import SpecError
+    from dlc_airflow.jobs_cli import user_errors
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (SpecError, BackendError) as exc:
+    except tuple(user_errors()) as exc:
         # one line on stderr whatever the message held
         print("error: " + " ".join(str(exc).splitlines()), file=sys.stderr)
         return 2

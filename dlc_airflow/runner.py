@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from dlc_airflow.jobinfo import JobInfo, Replica
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.naming import TaskIdentity
 from dlc_airflow.spec import DLCJob
@@ -115,3 +116,16 @@ class JobRunner(Protocol):
 
     def owner_try(self, ref: JobRef) -> int | None:
         """The newest task try that claimed the job; None if it is gone or never claimed."""
+
+    # -- for people: the job CLI and the report page -------------------------------------
+    def jobs(self, dag_id: str | None = None, task_id: str | None = None,
+             run_id: str | None = None) -> list[JobInfo]:
+        """Every dlc-airflow job of this backend here, oldest first; only those of one DAG,
+        task or run when given (exact ids)."""
+
+    def spec(self, ref: JobRef) -> dict[str, Any] | None:
+        """The spec the job was submitted with (dlc_airflow.specpack: secrets as references);
+        None when the job is gone or the backend keeps none."""
+
+    def replicas(self, ref: JobRef) -> list[Replica]:
+        """The job's replicas as last seen: the report's timeline."""

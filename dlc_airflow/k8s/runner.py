@@ -15,24 +15,33 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from dlc_airflow import specpack
 from dlc_airflow.backends import kueue
 from dlc_airflow.backends.base import Backend
+from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of, parse_time, replicas_from_pods
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError
+from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError, NotFound
 from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, WORKLOAD, ResourceKind, kind_of
 from dlc_airflow.k8s.waiter import JobWaiter
 from dlc_airflow.naming import (
     LABEL_ATTEMPT,
+    LABEL_DAG,
     LABEL_JOB,
     LABEL_ROLE,
+    LABEL_RUN,
+    LABEL_TASK,
     LABEL_TASK_KEY,
     LABEL_TRY,
+    MANAGED_BY,
+    MANAGER,
     PREFIX,
     TaskIdentity,
+    label_value,
     task_labels,
 )
 from dlc_airflow.runner import OwnershipError, SubmitError
 from dlc_airflow.spec import DLCJob
+from dlc_airflow.specpack import SPEC_ANNOTATION
 from dlc_airflow.status import JobStatus
 
 log = logging.getLogger(__name__)
@@ -75,6 +84,7 @@ class KubeRunner:
         objects = self.backend.render(job, name, identity, attempt)
         # the job's own Secret gets its values now: a missing variable fails before any create
         objects, _ = fill_job_secret(objects, job, name)
+        objects[0]["metadata"].setdefault("annotations", {})[SPEC_ANNOTATION] = specpack.pack(job)
         ref = self.ref(job, name, attempt)
         created: list[dict] = []
         owner: dict | None = None
@@ -186,6 +196,51 @@ class KubeRunner:
                 if value and value.isdigit():
                     tries.append(int(value))
         return max(tries) if tries else None
+
+    # -- for people: the job CLI and the report page -------------------------------------
+    def jobs(self, dag_id: str | None = None, task_id: str | None = None,
+             run_id: str | None = None) -> list[JobInfo]:
+        selector = {MANAGED_BY: MANAGER}
+        for label, value in ((LABEL_DAG, dag_id), (LABEL_TASK, task_id), (LABEL_RUN, run_id)):
+            if value is not None:
+                selector[label] = label_value(value)
+        found: list[JobInfo] = []
+        for kind in self.backend.primary_kinds():
+            try:
+                items, _ = self.client.list(kind, self.namespace, labels=selector)
+            except NotFound:  # the kind's CRD is not installed: no such jobs here
+                continue
+            for obj in items:
+                meta = obj["metadata"]
+                labels = meta.get("labels", {})
+                if not labels.get(LABEL_JOB) or meta.get("ownerReferences"):  # a native job's role Jobs
+                    continue
+                ref = JobRef(name=labels[LABEL_JOB], namespace=self.namespace, backend=self.backend.name, kind=kind,
+                             kinds=self._kinds_of(obj, kind), attempt=attempt_of(labels), uid=meta.get("uid", ""))
+                info = JobInfo.of(ref, labels, meta.get("annotations"), parse_time(meta.get("creationTimestamp")))
+                if info.matches(dag_id, task_id, run_id):
+                    found.append(info)
+        return sorted(found, key=lambda i: (i.created is None, i.created or 0, i.ref.name))
+
+    def _kinds_of(self, primary: dict, kind: ResourceKind) -> tuple[ResourceKind, ...]:
+        """Every kind the job made, from its spec (the CLI stops or deletes all of them)."""
+        packed = primary["metadata"].get("annotations", {}).get(SPEC_ANNOTATION)
+        if packed:
+            try:
+                return tuple(self.backend.kinds(DLCJob.model_validate(specpack.unpack(packed))))
+            except (ValueError, TypeError):  # an older or damaged spec: the primary kind is known
+                pass
+        return (kind,)
+
+    def spec(self, ref: JobRef) -> dict[str, Any] | None:
+        for obj in self.objects(ref):
+            if not obj["metadata"].get("ownerReferences"):
+                packed = obj["metadata"].get("annotations", {}).get(SPEC_ANNOTATION)
+                return specpack.unpack(packed) if packed else None
+        return None
+
+    def replicas(self, ref: JobRef) -> list[Replica]:
+        return replicas_from_pods(self.pods(ref))
 
     # -- inspect -----------------------------------------------------------------------
     def objects(self, ref: JobRef) -> list[dict]:

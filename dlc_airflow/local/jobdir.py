@@ -3,7 +3,9 @@
     <root>/<name>/
       spec.json         the DLCJob (DLCJob.to_dict())
       labels.json       the job's labels (dlc-airflow/task-key finds a task's job)
-      state.json        the JobStatus, plus supervisor and replica pids; rewritten atomically
+      annotations.json  the unabridged ids of the task that made it (dag, task, run, map index)
+      state.json        the JobStatus, plus the supervisor's pid and each replica's (pid, phase,
+                        restarts, exit code, when it began and ended); rewritten atomically
       supervisor.json   pid + start time of the detached supervisor (written at submit)
       supervisor.log    the supervisor's own output
       stop.json         a stop request: reason and grace period
@@ -29,6 +31,7 @@ from typing import Any
 
 SPEC = "spec.json"
 LABELS = "labels.json"
+ANNOTATIONS = "annotations.json"
 STATE = "state.json"
 SUPERVISOR = "supervisor.json"
 SUPERVISOR_LOG = "supervisor.log"

@@ -9,10 +9,20 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of, parse_time
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.local.runner import LocalRunner
-from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_JOB, TaskIdentity, job_labels, task_labels
+from dlc_airflow.naming import (
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    MANAGED_BY,
+    MANAGER,
+    TaskIdentity,
+    job_annotations,
+    job_labels,
+    task_labels,
+)
 from dlc_airflow.runner import LogLines, OnStatus, SubmitError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobStatus
@@ -53,7 +63,7 @@ class LocalJobRunner:
             LocalBackend().check(job)
         except BackendError as exc:
             raise SubmitError(str(exc), permanent=True) from None
-        created = self.local.submit(job, name, job_labels(name, identity, attempt))
+        created = self.local.submit(job, name, job_labels(name, identity, attempt), job_annotations(identity))
         return self.ref(job, name, attempt), created
 
     def status(self, ref: JobRef) -> JobStatus:
@@ -88,6 +98,40 @@ class LocalJobRunner:
 
     def owner_try(self, ref: JobRef) -> int | None:
         return self.local.owner_try(ref.name)
+
+    def jobs(self, dag_id: str | None = None, task_id: str | None = None,
+             run_id: str | None = None) -> list[JobInfo]:
+        found = []
+        for name in self.local.find({MANAGED_BY: MANAGER}):
+            labels = self.local.labels(name)
+            ref = self.ref(None, name, attempt_of(labels))
+            info = JobInfo.of(ref, labels, self.local.annotations(name), self.local.status(name).created)
+            if info.matches(dag_id, task_id, run_id):
+                found.append(info)
+        return found
+
+    def spec(self, ref: JobRef) -> dict[str, Any] | None:
+        return self.local.spec(ref.name)
+
+    def replicas(self, ref: JobRef) -> list[Replica]:
+        """From the supervisor's record; a replica still marked running when the job ended was
+        ended with it."""
+        finished = self.local.status(ref.name).finished
+        found = []
+        for key, data in self.local.replica_states(ref.name).items():
+            role, _, index = key.rpartition("-")
+            phase = data.get("phase") or "pending"
+            ended = parse_time(data.get("ended")) or (finished if phase in ("running", "health") else None)
+            found.append(Replica(
+                name=key, role=role, index=int(index) if index.isdigit() else 0, state=_REPLICA_STATES.get(phase, phase),
+                started=parse_time(data.get("began")), finished=ended, exit_code=data.get("exit_code"),
+                restarts=int(data.get("restarts") or 0), node="localhost", uid=str(data.get("pid") or "")))
+        return found
+
+
+# the supervisor's replica phases in the words pods use
+_REPLICA_STATES = {"pending": "Pending", "health": "Running", "running": "Running", "backoff": "Pending",
+                   "succeeded": "Succeeded", "failed": "Failed", "stopped": "Stopped"}
 
 
 class LocalFollower:

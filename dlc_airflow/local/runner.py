@@ -93,7 +93,8 @@ class LocalRunner:
         return layout.read_json(path / layout.STATE, {}) or {}
 
     # -- submit -----------------------------------------------------------------------
-    def submit(self, job: DLCJob, name: str, labels: dict[str, str]) -> bool:
+    def submit(self, job: DLCJob, name: str, labels: dict[str, str],
+               annotations: dict[str, str] | None = None) -> bool:
         """Create and start job `name`; False if this task's job of that name exists (adopt).
 
         Raises LocalJobError if `name` belongs to another task (labels dlc-airflow/task-key),
@@ -116,6 +117,7 @@ class LocalRunner:
             (staging / layout.OUTPUTS).mkdir()
             layout.write_json(staging / layout.SPEC, stored_spec(job))  # references, no secret values
             layout.write_json(staging / layout.LABELS, dict(labels))
+            layout.write_json(staging / layout.ANNOTATIONS, dict(annotations or {}))
             (staging / UID).write_text(str(uuid.uuid4()))
             layout.write_json(
                 staging / layout.STATE,
@@ -229,6 +231,18 @@ class LocalRunner:
                 created = self._state(path).get("created") or ""
                 found.append((created, entry.name))
         return [name for _created, name in sorted(found)]
+
+    def annotations(self, name: str) -> dict[str, str]:
+        """The unabridged task ids (labels are cut to fit, as on Kubernetes); {} for older jobs."""
+        return layout.read_json(self._dir(name) / layout.ANNOTATIONS, {}) or {}
+
+    def spec(self, name: str) -> dict[str, Any] | None:
+        """spec.json: the spec with secret sources as references and secret literals hidden."""
+        return layout.read_json(self._dir(name) / layout.SPEC, None)
+
+    def replica_states(self, name: str) -> dict[str, dict[str, Any]]:
+        """The supervisor's record of each replica (state.json), by `<role>-<index>`."""
+        return dict(self._state(self._dir(name)).get("replicas") or {})
 
     def labels(self, name: str) -> dict[str, str]:
         labels = layout.read_json(self._dir(name) / layout.LABELS, None)

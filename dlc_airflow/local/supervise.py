@@ -98,6 +98,8 @@ class Replica:
     failures: int = 0
     last_exit: int | None = None
     restart_at: float = 0.0
+    began: datetime | None = None  # wall clock, for the report's timeline: this run of it...
+    ended: datetime | None = None  # ...and its end
     copier: threading.Thread | None = None  # copies its output into the log, secrets masked
 
     @property
@@ -197,6 +199,8 @@ class Supervisor:
                 "phase": r.phase,
                 "restarts": r.restarts,
                 "exit_code": r.last_exit,
+                "began": r.began.isoformat() if r.began else None,
+                "ended": r.ended.isoformat() if r.ended else None,
             }
             for r in self.replicas
         }
@@ -305,6 +309,7 @@ class Supervisor:
             self.spawn(replica, replica.health_argv)
         else:
             replica.phase = "running"
+            replica.began, replica.ended = now(), None
             self.spawn(replica, replica.argv)
             if self.started is None:
                 self.started = now()
@@ -336,6 +341,7 @@ class Supervisor:
         assert replica.proc is not None
         code = exit_code(replica.proc.returncode)
         replica.last_exit = code
+        replica.ended = now()
         # Like a container: when the main process ends, whatever it left behind goes too.
         procs.signal_group(replica.proc.pid, signal.SIGKILL)
         self.drain(replica)  # its last lines are in the log before anything reads its tail
@@ -392,6 +398,7 @@ class Supervisor:
                 except subprocess.TimeoutExpired:
                     pass
             replica.phase = "stopped"
+            replica.ended = replica.ended or now()
 
     def poll_replicas(self, job: DLCJob) -> bool:
         """Handle the replicas that ended and restart those due; True once the job has

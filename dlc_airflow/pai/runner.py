@@ -18,6 +18,7 @@ from typing import Any
 
 from dlc_airflow import reasons
 from dlc_airflow.backends.base import BackendError
+from dlc_airflow.jobinfo import JobInfo, Replica, parse_time, replicas_from_pods
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_JOB, LABEL_TASK_KEY, LABEL_TRY, TaskIdentity
@@ -237,6 +238,24 @@ class PaiRunner:
         job_id = self._job_id(ref)
         if job_id:
             self.client.tag_job(job_id, {backend.CLAIMED_TRY: str(try_number)})
+
+    # -- for people: the job CLI and the report page -------------------------------------
+    def jobs(self, dag_id: str | None = None, task_id: str | None = None,
+             run_id: str | None = None) -> list[JobInfo]:
+        """The workspace's dlc-airflow jobs of the last FIND_WINDOW (ListJobs needs a start)."""
+        found = []
+        for item in self._list(_managed()):
+            info = JobInfo.of(self._ref_of(item), _tags(item), created=parse_time(item.get("GmtCreateTime")))
+            if info.matches(dag_id, task_id, run_id):
+                found.append(info)
+        return found
+
+    def spec(self, ref: JobRef) -> dict[str, Any] | None:
+        return None  # a DLC job has no place for our spec (its tags hold 128 characters)
+
+    def replicas(self, ref: JobRef) -> list[Replica]:
+        data = self.get(ref)
+        return replicas_from_pods(backend.pods(data)) if data else []
 
     def owner_try(self, ref: JobRef) -> int | None:
         data = self.get(ref)

@@ -82,6 +82,7 @@ LOGS, OUTPUTS, EXITS = "logs", "outputs", "exits"
 BATCH_LOG = "batch"  # logs/batch.log: the batch script's own lines and srun's
 RESULT = "result.json"
 RESTARTS = "restarts"
+SPEC = "spec.json"  # the spec as submitted (dlc_airflow.specpack.stored), for the job CLI
 HOSTFILE = "hostfile"
 SCRIPT = "job.sh"
 

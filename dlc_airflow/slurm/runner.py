@@ -23,11 +23,13 @@ import json
 import os
 import shutil
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dlc_airflow.jobinfo import JobInfo, Replica
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.naming import TaskIdentity
+from dlc_airflow.naming import PREFIX, TaskIdentity
 from dlc_airflow.runner import LogLines, OnStatus, OwnershipError, SubmitError
 from dlc_airflow.slurm import backend as layout
 from dlc_airflow.slurm.api import JobRecord
@@ -121,6 +123,7 @@ class SlurmRunner:
         except SlurmError as exc:
             raise SubmitError(_explain(exc, job, self.target), permanent=exc.permanent) from None
         record = self._settle_race(name, key, job_id)
+        _keep_spec(self.jobdir(name), job)
         return self.ref(job, name, attempt, record), record is not None and record.job_id == job_id
 
     def _settle_race(self, name: str, key: str | None, job_id: int) -> JobRecord | None:
@@ -220,6 +223,44 @@ class SlurmRunner:
         if jobdir.parent == Path(self.target.job_root) and jobdir.is_dir():
             shutil.rmtree(jobdir, ignore_errors=True)
 
+    # -- for people: the job CLI and the report page -------------------------------------
+    def jobs(self, dag_id: str | None = None, task_id: str | None = None,
+             run_id: str | None = None) -> list[JobInfo]:
+        found = []
+        for record, identity in self._ours():
+            labels = {PREFIX + k: v for k, v in identity.items() if isinstance(v, str)}
+            created = datetime.fromtimestamp(record.submit_time, UTC) if record.submit_time else None
+            info = JobInfo.of(self.ref(None, record.name, _attempt(identity), record), labels, created=created)
+            if info.matches(dag_id, task_id, run_id):
+                found.append(info)
+        return sorted(found, key=lambda i: (int(i.ref.uid or 0)))
+
+    def spec(self, ref: JobRef) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.jobdir(ref.name) / layout.SPEC).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def replicas(self, ref: JobRef) -> list[Replica]:
+        """A task per replica (one per node): the job's times and nodes, each task's exit code."""
+        record = self._record(ref)
+        if record is None:
+            return []
+        roles = (parse_comment(record.comment) or {}).get("roles") or {}
+        exits = self.folder(ref.name).exits
+        started = datetime.fromtimestamp(record.start_time, UTC) if record.start_time else None
+        ended = datetime.fromtimestamp(record.end_time, UTC) if record.end_time and record.state not in _LIVE else None
+        found = []
+        for role, count in roles.items():
+            for index in range(int(count)):
+                name = f"{role}-{index}"
+                code = exits.get(name)
+                state = ("Succeeded" if code == 0 else "Failed") if code is not None else \
+                    ("Running" if record.state == "RUNNING" else "Pending" if record.state == "PENDING" else record.state.title())
+                found.append(Replica(name=name, role=role, index=index, state=state, started=started, finished=ended,
+                                     exit_code=code, node=record.nodes, uid=str(record.job_id)))
+        return found
+
     # -- ownership ---------------------------------------------------------------------
     def claim(self, ref: JobRef, try_number: int) -> None:
         record = self._record(ref)
@@ -265,6 +306,17 @@ class SlurmFollower:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+
+
+def _keep_spec(jobdir: Path, job: DLCJob) -> None:
+    """spec.json in the job folder, where this process sees it (secrets as references)."""
+    from dlc_airflow.specpack import stored
+
+    try:
+        jobdir.mkdir(parents=True, exist_ok=True)
+        (jobdir / layout.SPEC).write_text(json.dumps(stored(job)))
+    except OSError:  # the folder is the nodes' and not shared with this host: no spec kept
+        pass
 
 
 def read_folder(jobdir: Path) -> Folder:
