@@ -169,15 +169,23 @@ def cmd_clone(args: argparse.Namespace) -> Any:
             "cloned_from": ref.name}
 
 
+# Maps of strings whose keys may hold dots (annotations.example.com/ticket=ML-1): the rest of
+# the path after them is one key, and the value stays the string written.
+STRING_MAPS = ("env", "labels", "annotations", "node_selector")
+
+
 def apply_setting(data: dict[str, Any], assignment: str) -> None:
     """`field.path=value` into the spec dict; the value is YAML (4, 0.1, [a, b], {k: v}),
-    except under env, where it stays the string written."""
+    except in env, labels, annotations and node_selector, where it stays the string written."""
     import yaml
 
     path, sep, raw = assignment.partition("=")
     keys = [k for k in path.strip().split(".") if k]
     if not sep or not keys:
         raise CliError(f"--set {assignment!r}: write field=value, e.g. --set resources.gpu=2 or --set roles.worker=4")
+    cut = next((i for i, k in enumerate(keys[:-1]) if k in STRING_MAPS), None)
+    if cut is not None:
+        keys = [*keys[:cut + 1], ".".join(keys[cut + 1:])]
     target = data
     for key in keys[:-1]:
         child = target.get(key)
@@ -186,7 +194,7 @@ def apply_setting(data: dict[str, Any], assignment: str) -> None:
         if not isinstance(child, dict):
             raise CliError(f"--set {path}: {key} is {child!r}, not a section with fields")
         target = child
-    if "env" in keys[:-1]:
+    if cut is not None:
         target[keys[-1]] = raw
         return
     try:

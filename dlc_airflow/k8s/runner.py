@@ -166,8 +166,10 @@ class KubeRunner:
         """The job called `name`, of whichever kind this backend makes."""
         for kind in self.backend.primary_kinds():
             items, _ = self.client.list(kind, self.namespace, labels={LABEL_JOB: name})
-            if items:
-                return self._refs(items, kind, (kind,))[-1]
+            refs = self._refs(items, kind, (kind,))
+            if refs:
+                primary = next(o for o in items if not o["metadata"].get("ownerReferences"))
+                return replace(refs[-1], kinds=self._kinds_of(primary, kind))
         return None
 
     def _refs(self, items: list[dict], kind: ResourceKind, kinds: tuple[ResourceKind, ...]) -> list[JobRef]:
@@ -175,6 +177,8 @@ class KubeRunner:
         for obj in items:
             meta = obj["metadata"]
             labels = meta.get("labels", {})
+            if made_by_another_kind(obj):  # a JobSet's, Trainer's or KubeRay's Job: not a native job
+                continue
             # native jobs have one Job per role: the primary is the one the others are owned by
             if labels.get(LABEL_JOB) and (labels[LABEL_JOB] not in jobs or not meta.get("ownerReferences")):
                 jobs[labels[LABEL_JOB]] = (int(labels.get(LABEL_ATTEMPT, "1")), meta.get("uid", ""))
@@ -213,7 +217,7 @@ class KubeRunner:
             for obj in items:
                 meta = obj["metadata"]
                 labels = meta.get("labels", {})
-                if not labels.get(LABEL_JOB) or meta.get("ownerReferences"):  # a native job's role Jobs
+                if not labels.get(LABEL_JOB) or meta.get("ownerReferences"):  # a native job's roles, a JobSet's Jobs
                     continue
                 ref = JobRef(name=labels[LABEL_JOB], namespace=self.namespace, backend=self.backend.name, kind=kind,
                              kinds=self._kinds_of(obj, kind), attempt=attempt_of(labels), uid=meta.get("uid", ""))
@@ -401,6 +405,12 @@ def termination_message(pod: dict) -> str:
         if message:
             return message
     return ""
+
+
+def made_by_another_kind(obj: dict) -> bool:
+    """An object a controller of another kind made with our labels (a JobSet's batch Jobs):
+    a native job's role Jobs are owned by its primary Job, of their own kind."""
+    return any(owner.get("kind") != obj.get("kind") for owner in obj["metadata"].get("ownerReferences") or [])
 
 
 def is_job_event(event: dict, job: str) -> bool:

@@ -14,6 +14,7 @@ import pytest
 from dlc_airflow.k8s.kinds import JOB, POD, SERVICE
 from dlc_airflow.naming import MANAGED_BY
 from dlc_airflow.spec import DLCJob
+from tests.support.cluster import pod_logs
 
 RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
 CHAOS = "pod-container-running-failed.stage.kwok.x-k8s.io"
@@ -116,16 +117,11 @@ def test_logs_and_outputs_reach_the_task(kube, admin, k8s_conn, dag_files, capfd
                        annotations={RUN_FOR: "6s", "pod-complete.stage.kwok.x-k8s.io/message": message})
     log_file = tmp_path / "train.log"
     log_file.write_text("2026-12-02T10:00:00.000000000Z stdout F epoch 1 loss 0.5\n")
-    # Every pod of this namespace logs from log_file (kwok ClusterLogs by namespace).
-    admin.request("POST", "/apis/kwok.x-k8s.io/v1alpha1/clusterlogs", body={
-        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
-        "metadata": {"name": f"logs-{kube.namespace}"},
-        "spec": {"selector": {"matchNamespaces": [kube.namespace]},
-                 "logs": [{"containers": [], "logsFile": str(log_file), "follow": False}]}})
+    undo = pod_logs(admin, kube.namespace, log_file)
     try:
         _, ti = run_dag(dag_files, k8s_conn, job, deferrable=False)
     finally:
-        admin.request("DELETE", f"/apis/kwok.x-k8s.io/v1alpha1/clusterlogs/logs-{kube.namespace}")
+        undo()
     assert ti.state == "success"
     assert "[worker-0] epoch 1 loss 0.5" in "".join(capfd.readouterr())
     result = xcom(ti)

@@ -24,6 +24,7 @@ import yaml
 from dlc_airflow.k8s.kinds import JOB, SECRET, ResourceKind
 from dlc_airflow.naming import LABEL_JOB, MANAGED_BY
 from tests.airflow.test_operator_dagtest import RUN_FOR, wait_until
+from tests.support.cluster import pod_logs
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_ROLE = ResourceKind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", namespaced=False)
@@ -193,14 +194,6 @@ def native_job(env: dict, run_for: str = "3s", **extra) -> dict:
             "roles": {"master": 1, "worker": 1}, "annotations": {RUN_FOR: run_for}, "env": env, **extra}
 
 
-def clusterlogs(admin, namespace: str, path: Path):
-    """Every pod of the namespace logs `path` (kwok ClusterLogs): the job 'prints' its secrets."""
-    admin.request("POST", "/apis/kwok.x-k8s.io/v1alpha1/clusterlogs", body={
-        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": f"logs-{namespace}"},
-        "spec": {"selector": {"matchNamespaces": [namespace]},
-                 "logs": [{"containers": [], "logsFile": str(path), "follow": False}]}})
-
-
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_native_job_references_secrets_and_none_leaks(runner_role, sources, kube, admin, k8s_conn, kube_secret,
                                                       dag_files, tmp_path, capfd, deferrable):
@@ -211,12 +204,12 @@ def test_native_job_references_secrets_and_none_leaks(runner_role, sources, kube
     job = native_job({**{k: v for k, v in env.items() if k != "WH_TOKEN"},
                       "DB_PASSWORD": {"secret": "db-creds", "key": "password"}}, run_for="6s")
     job["roles"]["worker"] = {"replicas": 1, "env": {"WH_TOKEN": env["WH_TOKEN"]}}
-    clusterlogs(admin, kube.namespace, log_file)
+    undo = pod_logs(admin, kube.namespace, log_file)
     try:
         dag = dag_files.operator_dag(conn_id=k8s_conn, backend="native", job=job, deferrable=deferrable)
         ti = dag.test().get_task_instance("train")
     finally:
-        admin.request("DELETE", f"/apis/kwok.x-k8s.io/v1alpha1/clusterlogs/logs-{kube.namespace}")
+        undo()
     text = "".join(capfd.readouterr())
     assert ti.state == "success", text[-3000:]
     for name in values:  # the pods "printed" each value: it reached the log, for the masker
@@ -403,7 +396,7 @@ def test_real_task_and_trigger_logs_show_the_values_masked(runner_role, kube, ad
     job = native_job(env, run_for="8s")
     job["roles"] = {"worker": 1}
     (dags / "secrets_stack.py").write_text(STACK_DAG.format(job=json.dumps(job), conn=k8s_conn))
-    clusterlogs(admin, kube.namespace, log_file)
+    undo = pod_logs(admin, kube.namespace, log_file)
     try:
         with AirflowStack(tmp_path / "home", dags,
                           components=("api-server", "scheduler", "dag-processor", "triggerer")) as stack:
@@ -415,7 +408,7 @@ def test_real_task_and_trigger_logs_show_the_values_masked(runner_role, kube, ad
             logs = {t: stack.task_log("secrets_stack", run["run_id"], t) for t in ("sync", "deferred")}
             states = stack.task_states("secrets_stack", run["run_id"])
     finally:
-        admin.request("DELETE", f"/apis/kwok.x-k8s.io/v1alpha1/clusterlogs/logs-{kube.namespace}")
+        undo()
     assert states == {"sync": "success", "deferred": "success"}, (states, {t: v[-3000:] for t, v in logs.items()})
     for task, text in logs.items():
         for name in values:  # the job's log lines reached the task log, each value masked

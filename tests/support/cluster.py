@@ -12,6 +12,7 @@ import functools
 import os
 import subprocess
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -293,3 +294,14 @@ def create_local_queues(admin: KubeClient, namespace: str) -> None:
     """Kueue LocalQueues team-a and team-b (k8s/cluster/kueue.yaml's ClusterQueues) in a namespace."""
     for team in ("team-a", "team-b"):
         ensure_local_queue(admin, namespace, team)
+
+
+def pod_logs(admin: KubeClient, namespace: str, path) -> Callable[[], None]:
+    """Every pod of the namespace 'prints' the file at `path` (kwok ClusterLogs; lines as the
+    kubelet serves them: `<RFC 3339 time> stdout F <line>`); returns the undo."""
+    name = f"logs-{namespace}"
+    admin.request("POST", "/apis/kwok.x-k8s.io/v1alpha1/clusterlogs", body={
+        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": name},
+        "spec": {"selector": {"matchNamespaces": [namespace]},
+                 "logs": [{"containers": [], "logsFile": str(path), "follow": False}]}})
+    return lambda: admin.request("DELETE", f"/apis/kwok.x-k8s.io/v1alpha1/clusterlogs/{name}")
