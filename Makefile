@@ -3,20 +3,24 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
+# The tested set of every dependency (constraints/freeze.py writes it): a fresh install gets
+# what the tests passed with. `make install CONSTRAINTS=` resolves freely (another Python).
+CONSTRAINTS ?= constraints/constraints-py3.11.txt
+PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
 .PHONY: install install-demo cluster slurm lint test test-unit demo clean-cluster clean-slurm benchmarks
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install -e ".[airflow,test,pai]"
+	$(PIP) install $(PIN) -e ".[airflow,test,pai]"
 	touch $@
 
 install: $(VENV)/.installed
 
 # PyTorch, scikit-learn, matplotlib: only the demo and the DDP tests need them (a large download).
 $(VENV)/.installed-demo: $(VENV)/.installed
-	$(PIP) install -e ".[airflow,test,demo]"
+	$(PIP) install $(PIN) -e ".[airflow,test,demo]"
 	touch $@
 
 install-demo: $(VENV)/.installed-demo
