@@ -26,7 +26,8 @@ ROOT = "dlc-airflow"
 def _applies(req: Requirement, extra: str) -> bool:
     if req.marker is None:
         return True
-    env = {**default_environment(), "extra": extra}
+    env: dict[str, str] = dict(default_environment())
+    env["extra"] = extra
     return req.marker.evaluate(env)
 
 
