@@ -26,7 +26,7 @@ ROOT = "dlc-airflow"
 def _applies(req: Requirement, extra: str) -> bool:
     if req.marker is None:
         return True
-    env: dict[str, str] = dict(default_environment())
+    env = {key: str(value) for key, value in default_environment().items()}
     env["extra"] = extra
     return req.marker.evaluate(env)
 
