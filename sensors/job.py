@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from dlc_airflow.arguments import ArgumentError
 from dlc_airflow.jobref import JobRef
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.sdk import DAG, Context
 
     from dlc_airflow.runner import JobRunner
 
@@ -26,6 +27,13 @@ class DLCJobSensor(BaseSensorOperator):
     map index). Modes: poke, reschedule, and deferrable=True (waits in the triggerer on a
     shared watch). The sensor only watches: it never stops or deletes the job. Its XCom is
     the job's result, as the operator's.
+
+    With `task_id_of_job`, the sensor is made downstream of that task of its own DAG,
+    whichever of the two is created first: at once when the task is already in the DAG,
+    else when the DAG is validated (Airflow does so before it runs or stores a DAG: the
+    dag-processor, the worker's parse, `dag.test()`). No dependency can be added when
+    `task_id_of_job` is a Jinja template, names no task of the DAG, or the sensor is
+    mapped (`.partial().expand()`): then set `job_task >> sensor` yourself.
     """
 
     template_fields: Sequence[str] = ("job_name", "namespace", "task_id_of_job")
@@ -57,6 +65,25 @@ class DLCJobSensor(BaseSensorOperator):
                                     "choose one of them")
         self.deferrable = _default_deferrable() if explicit_deferrable is None else explicit_deferrable
         self.local_root = arg.local_root(local_root, tid)
+        # (not when a mapped sensor is expanded at run time: its DAG was linked when parsed)
+        from_mapped = getattr(self, "_BaseOperator__from_mapped", False)
+        if self.task_id_of_job and not arg.is_templated(self.task_id_of_job) and self.has_dag() and not from_mapped:
+            _depend_on_job_task(self)
+
+    def _link_job_task(self) -> bool:
+        """Make this sensor downstream of `task_id_of_job` when that task is in its DAG
+        (True); False when it is not there (yet)."""
+        job_task = self.dag.task_dict.get(self.task_id_of_job or "")
+        if job_task is None:
+            return False
+        if job_task is self:
+            raise ArgumentError(f"{self.task_id}: task_id_of_job names the sensor itself; name the DLCJobOperator "
+                                "task that makes the job")
+        if job_task.task_id in self.get_flat_relative_ids(upstream=False):
+            raise ArgumentError(f"{self.task_id}: task_id_of_job {job_task.task_id!r} is downstream of the sensor, "
+                                "so its job cannot exist yet when the sensor runs; put the sensor after it")
+        self.set_upstream(job_task)
+        return True
 
     def _runner_and_ref(self, context: Context) -> tuple[JobRunner, JobRef]:
         from dlc_airflow.airflow.runners import make_runner
@@ -116,3 +143,34 @@ class DLCJobSensor(BaseSensorOperator):
         if not job_event.ok:
             raise AirflowFailException(job_event.error)
         return job_event.result
+
+
+class _LinkOnValidate:
+    """Replaces `validate` on one DAG object: first links the sensors whose job task was not
+    in the DAG when they were made, then validates as before. A callable object, not a
+    closure, so a deep copy of the DAG (partial_subset) links its own copies of the tasks."""
+
+    def __init__(self, dag: DAG, validate: Any) -> None:
+        self.dag = dag
+        self.validate = validate
+        self.sensors: list[DLCJobSensor] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        waiting, self.sensors = self.sensors, []
+        for sensor in waiting:
+            if not sensor._link_job_task():
+                self.sensors.append(sensor)  # still not there: a later validate may find it
+        return self.validate(*args, **kwargs)
+
+
+def _depend_on_job_task(sensor: DLCJobSensor) -> None:
+    """Downstream of its job task now, or when the DAG is validated if the task comes later."""
+    if sensor._link_job_task():
+        return
+    dag = sensor.dag
+    hook = vars(dag).get("validate")
+    if not isinstance(hook, _LinkOnValidate) or hook.dag is not dag:
+        hook = _LinkOnValidate(dag, dag.validate)
+        # the DAG class is not slotted: an instance attribute shadows the method for this DAG only
+        object.__setattr__(dag, "validate", hook)
+    hook.sensors.append(sensor)
