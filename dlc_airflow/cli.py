@@ -1,6 +1,8 @@
-"""`dlc-airflow` command line: render, validate, schema, sanity-check.
+"""`dlc-airflow` command line: render, validate, schema, sanity-check, jobs.
 
-Each subcommand lives in the module that owns its logic; this file only wires argparse.
+For developers: each subcommand lives in the module that owns its logic; this file only
+wires argparse. Users read DESCRIPTION and EXAMPLES below (`dlc-airflow --help`); a new
+command adds its sub-parser in build_parser with a one-line `help=`, which the help lists.
 """
 
 from __future__ import annotations
@@ -70,9 +72,30 @@ def _sanity_check(args: argparse.Namespace) -> int:
     return run_checks(args)
 
 
+# What `dlc-airflow --help` says: written for users (the module docstring is for developers).
+DESCRIPTION = """\
+Work with DLC job specs and jobs from a shell: check a spec before a DAG uses it, see the
+Kubernetes objects a backend makes of it, check a job's container before training starts,
+and list, inspect, stop, clone or delete the jobs your DAGs ran, on any backend.
+A job spec is a YAML or JSON file (see `dlc-airflow schema`; examples in examples/specs/).
+`dlc-airflow COMMAND --help` says more about each command."""
+
+EXAMPLES = """\
+examples:
+  dlc-airflow validate examples/specs/pytorch.yaml                  # valid, or what is wrong
+  dlc-airflow validate examples/specs/mpi.yaml --backend local      # and can this backend run it?
+  dlc-airflow render examples/specs/pytorch.yaml --backend jobset   # the manifests, as YAML
+  dlc-airflow schema > dlc-job.schema.json                          # for your editor
+  dlc-airflow jobs list --backend local                             # the jobs your DAGs ran
+
+exit status: 0 on success, 2 when the spec, the arguments or the backend are wrong (one line
+on stderr saying what)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dlc-airflow", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="dlc-airflow", description=DESCRIPTION, epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
     p = sub.add_parser("render", help="print the Kubernetes objects of a job spec as YAML")
     p.add_argument("spec", help="job spec file (YAML or JSON)")

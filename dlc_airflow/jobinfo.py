@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_DAG, LABEL_MAP_INDEX, LABEL_RUN, LABEL_TASK, LABEL_TRY
+from dlc_airflow.status import parse_time
 
 
 @dataclass(frozen=True)
@@ -61,17 +61,6 @@ class Replica:
     restarts: int = 0  # in place (a container restarted by the kubelet, a local process)
     node: str = ""
     uid: str = ""  # tells a replica's successive pods apart
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    if isinstance(value, datetime):
-        return value
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def replicas_from_pods(pods: list[dict]) -> list[Replica]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowTaskTimeout
 
+from dlc_airflow.airflow.links import LINKS
 from dlc_airflow.finish import OnFinish
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.spec import DLCJob, SpecError, load_job, parse_job
@@ -20,6 +21,7 @@ from dlc_airflow.spec import DLCJob, SpecError, load_job, parse_job
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from dlc_airflow.airflow.notify import Notifications
     from dlc_airflow.naming import TaskIdentity
     from dlc_airflow.progress import Verdict
     from dlc_airflow.runner import JobRunner
@@ -56,9 +58,12 @@ class DLCJobOperator(BaseOperator):
     :param on_finish: keep (default) or delete the job's objects once the task has its result.
     :param reuse_succeeded: on a retry, take the result of this task's succeeded job instead
         of running it again (a cleared task always runs anew).
+    :param notify: Airflow notifiers (BaseNotifier) told when the job starts running, restarts,
+        succeeds or fails (dlc_airflow.airflow.notify: their context).
     """
 
     template_fields: Sequence[str] = ("job", "namespace")
+    operator_extra_links = LINKS
     template_fields_renderers = {"job": "json"}
     ui_color = "#dbe9f6"
 
@@ -67,7 +72,8 @@ class DLCJobOperator(BaseOperator):
                  deferrable: bool | None = None, stream_logs: bool = True,
                  queue_timeout: int | float | timedelta | str | None = None,
                  timeout: int | float | timedelta | str | None = None, on_finish: str | OnFinish = OnFinish.KEEP,
-                 reuse_succeeded: bool = True, local_root: str | None = None, **kwargs: Any) -> None:
+                 reuse_succeeded: bool = True, local_root: str | None = None,
+                 notify: Sequence[Any] | None = None, **kwargs: Any) -> None:
         from dlc_airflow import arguments as arg
 
         super().__init__(**kwargs)
@@ -85,6 +91,7 @@ class DLCJobOperator(BaseOperator):
         self.on_finish = OnFinish.parse(on_finish, tid).value  # a plain str: it is serialized
         self.reuse_succeeded = arg.flag(reuse_succeeded, "reuse_succeeded", tid)
         self.local_root = arg.local_root(local_root, tid)
+        self.notify = _carry_notifiers(notify, tid)
         _check_consistent(self, explicit_deferrable)
         spec = _load(job, self)
         self.job = spec.to_dict()
@@ -93,6 +100,7 @@ class DLCJobOperator(BaseOperator):
         self._runner: JobRunner | None = None
         self._try = 0
         self._trigger_secrets: dict | None = None  # references (never values of Airflow sources)
+        self._notifications: Notifications | None = None
         self._conn = conn_id or "kubernetes_default"  # the connection execute() chose
 
     # -- parse-time checks ---------------------------------------------------------------
@@ -131,7 +139,7 @@ class DLCJobOperator(BaseOperator):
         self._ref = ref
         _set(store, STATE_KEY, {**ref.to_dict(), "state": "SUBMITTED"})
         try:
-            context["ti"].xcom_push(key=XCOM_REF, value=ref.to_dict())
+            self._publish(context["ti"], ref)
             return self._wait(context, runner, ref, status)
         except JobDidNotSucceed:
             raise
@@ -139,6 +147,21 @@ class DLCJobOperator(BaseOperator):
             # Anything that goes wrong past the submit: the job must not run on unattended.
             self._stop_after_error(runner, ref)
             raise
+
+    def _publish(self, ti: Any, ref: JobRef) -> None:
+        """Where the job is (XCom dlc_job: for sensors, the UI and other tasks) and the extra
+        links' URLs, as soon as the job exists."""
+        from dlc_airflow.airflow.links import push_links
+        from dlc_airflow.airflow.notify import Notifications
+        from dlc_airflow.airflow.runners import connection_extras
+
+        extras = None if ref.backend == "local" else connection_extras(self._conn)
+        ti.xcom_push(key=XCOM_REF, value={**ref.to_dict(), "conn_id": self._conn, "local_root": self.local_root})
+        urls = push_links(ti, ref, extras)
+        where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index,
+                 "try_number": ti.try_number, "job": ref.name, "backend": ref.backend, "namespace": ref.namespace,
+                 "link": urls.get("DLC job report", "")}
+        self._notifications = Notifications(self.notify, where) if self.notify else None
 
     def _submit_or_adopt(self, runner: JobRunner, job: DLCJob, identity: TaskIdentity, store: Any) -> Submission:
         from dlc_airflow.submission import submit_or_adopt
@@ -160,7 +183,8 @@ class DLCJobOperator(BaseOperator):
             self._defer(ref)
         with _user_errors():
             verdict, pods = wait_sync(runner, ref, self.log, queue_timeout=self.queue_timeout,
-                                      timeout=self.timeout, stream_logs=self.stream_logs)
+                                      timeout=self.timeout, stream_logs=self.stream_logs,
+                                      on_change=self._notifications.on_change if self._notifications else None)
         return self._finish(context, runner, ref, verdict, pods)
 
     def _finish(self, context: Context, runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict]) -> Any:
@@ -168,7 +192,33 @@ class DLCJobOperator(BaseOperator):
 
         outcome = finish(runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish), log=self.log,
                          record=self._recorder(context))
+        if self._notifications is not None:
+            self._notifications.final(outcome.ok, verdict.status, outcome.error)
+        if outcome.ok:
+            self._announce(context, outcome.result)
         return _result(outcome.ok, outcome.result, outcome.error)
+
+    def _announce(self, context: Context, result: dict) -> None:
+        """An asset event per Asset in `outlets`, saying which job made it and what it reported."""
+        from airflow.sdk import Asset
+
+        events = context.get("outlet_events")
+        if events is None:
+            return
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        extra = {"job": result["job_name"], "backend": result["backend"], "namespace": result["namespace"],
+                 "outputs": result["outputs"], "metrics": result["metrics"],
+                 "interval": [start.isoformat(), end.isoformat()] if start and end else None}
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                events[outlet].extra = extra
+
+    def _ends_in_triggerer(self) -> bool:
+        """A task the trigger ends never comes back to a worker: no asset events then, and no
+        lineage listener (OpenLineage) runs. Such tasks resume on a worker for their last step."""
+        from dlc_airflow.airflow.lineage import lineage_listener_on
+
+        return not self.outlets and not lineage_listener_on()
 
     def _defer(self, ref: JobRef) -> None:
         from dlc_airflow.airflow.trigger import DLCJobTrigger
@@ -178,7 +228,8 @@ class DLCJobOperator(BaseOperator):
             ref=ref.to_dict(), conn_id=self._conn, namespace=self.namespace, local_root=self.local_root,
             deadline=now + self.timeout if self.timeout else None, queue_timeout=self.queue_timeout,
             queued_since=now, stream_logs=self.stream_logs, on_finish=self.on_finish,
-            end_from_trigger=True, try_number=self._try, secrets=self._trigger_secrets,
+            end_from_trigger=self._ends_in_triggerer(), try_number=self._try, secrets=self._trigger_secrets,
+            notify=self._notifications.to_dict() if self._notifications else None,
         )
         # Airflow does not enforce execution_timeout while deferred: the trigger enforces
         # `timeout` itself (stopping the job); this backstop only ends a wedged trigger.
@@ -204,7 +255,20 @@ class DLCJobOperator(BaseOperator):
             job_event = JobEvent.from_task_end(event, ref, runner, OnFinish(self.on_finish))
         self._recorder(context)({**job_event.ref.to_dict(), "state": job_event.result.get("state"),
                                  "result": job_event.result})
+        if job_event.ok:
+            self._announce(context, job_event.result)
         return _result(job_event.ok, job_event.result, job_event.error)
+
+    # -- OpenLineage (used only when its provider is installed: dlc_airflow.airflow.lineage) --
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from dlc_airflow.airflow.lineage import operator_lineage
+
+        return operator_lineage(self.job, task_instance.xcom_pull(task_ids=self.task_id))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        from dlc_airflow.airflow.lineage import operator_lineage
+
+        return operator_lineage(self.job, None)
 
     # -- durable execution ---------------------------------------------------------------
     def _recorder(self, context: Context) -> Callable[[dict], None]:
@@ -289,6 +353,21 @@ def _load(job: DLCJob | dict | str | os.PathLike, op: BaseOperator) -> DLCJob:
             path = base / path
         return load_job(path)
     return parse_job(job, source=f"job of task {op.task_id}")
+
+
+def _carry_notifiers(notify: Any, tid: str) -> list[dict]:
+    """The notifiers as carried into the triggerer; checked at DAG parse time."""
+    from dlc_airflow.airflow.notify import carry
+    from dlc_airflow.arguments import ArgumentError
+
+    if notify is None:
+        return []
+    if not isinstance(notify, (list, tuple)):
+        notify = [notify]
+    try:
+        return [carry(n, f"{tid}: notify[{i}]") for i, n in enumerate(notify)]
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
 
 
 def _check_consistent(op: DLCJobOperator, deferrable: bool | None) -> None:

@@ -68,6 +68,16 @@ def _missing(conn_id: str) -> str:
             "--conn-type kubernetes ...), or leave conn_id unset to use the default")
 
 
+def connection_extras(conn_id: str) -> dict[str, Any]:
+    """The connection's extras ({} when it does not exist or has none)."""
+    try:
+        from airflow.sdk.bases.hook import BaseHook
+
+        return dict(BaseHook.get_connection(conn_id).extra_dejson or {})
+    except Exception:  # noqa: BLE001 - AirflowNotFoundException, or no Airflow at all
+        return {}
+
+
 def connection_exists(conn_id: str) -> bool:
     try:
         from airflow.sdk.bases.hook import BaseHook

@@ -19,6 +19,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
 from dlc_airflow.airflow.event import JobEvent
+from dlc_airflow.airflow.notify import Notifications
 from dlc_airflow.finish import OnFinish, finish
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.local.jobrunner import LOCAL
@@ -32,7 +33,7 @@ class DLCJobTrigger(BaseTrigger):
                  local_root: str | None = None, deadline: float | None = None,
                  queue_timeout: float | None = None, queued_since: float | None = None,
                  stream_logs: bool = True, on_finish: str = OnFinish.KEEP.value, end_from_trigger: bool = True,
-                 try_number: int | None = None, secrets: dict | None = None):
+                 try_number: int | None = None, secrets: dict | None = None, notify: dict | None = None):
         super().__init__()
         self.ref = ref
         self.conn_id = conn_id
@@ -50,6 +51,8 @@ class DLCJobTrigger(BaseTrigger):
         # what to mask in this process (dlc_airflow.secrets.TriggerSecrets): references to
         # Airflow sources, read again here, never their values
         self.secrets = secrets
+        # the notifiers told of the job's state changes (dlc_airflow.airflow.notify.Notifications)
+        self.notify = notify
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -57,6 +60,7 @@ class DLCJobTrigger(BaseTrigger):
             "local_root": self.local_root, "deadline": self.deadline, "queue_timeout": self.queue_timeout,
             "queued_since": self.queued_since, "stream_logs": self.stream_logs, "on_finish": self.on_finish,
             "end_from_trigger": self.end_from_trigger, "try_number": self.try_number, "secrets": self.secrets,
+            "notify": self.notify,
         })
 
     async def _runner(self) -> JobRunner:
@@ -75,14 +79,13 @@ class DLCJobTrigger(BaseTrigger):
         ref = JobRef.from_dict(self.ref)
         runner = await self._runner()
         await self._mask_secrets(runner)
-        now = time.monotonic()
-        wall = time.time()
-        progress = Progress(
-            ref.name, now, queue_timeout=self.queue_timeout,
-            timeout=max(0.0, self.deadline - wall) if self.deadline else None,
-            queued_already=max(0.0, wall - self.queued_since) if self.queued_since else 0.0,
-        )
+        # the wait began at the submit (queued_since), maybe in another triggerer: its clocks
+        # (and its messages: "within timeout (30m)") count from there
+        elapsed = max(0.0, time.time() - self.queued_since) if self.queued_since else 0.0
+        timeout = self.deadline - (self.queued_since or time.time()) if self.deadline else None
+        progress = Progress(ref.name, time.monotonic() - elapsed, queue_timeout=self.queue_timeout, timeout=timeout)
         cursor = LogCursor()
+        notifications = Notifications.from_dict(self.notify)
         loop = asyncio.get_running_loop()
         updates: asyncio.Queue = asyncio.Queue()
         follower = runner.follow(ref)
@@ -106,9 +109,12 @@ class DLCJobTrigger(BaseTrigger):
                         batch.append(updates.get_nowait())
                     now = time.monotonic()
                     for status, pods in batch:  # noqa: B007 - the newest pods are used below
+                        previous = progress.last
                         for line in progress.update(status, now):
                             self.log.info("%s", line)
                             changed = True
+                        if notifications is not None:
+                            await asyncio.to_thread(notifications.on_change, previous, status)
                 except TimeoutError:
                     if beat := progress.heartbeat(now):
                         self.log.info("%s", beat)
@@ -127,6 +133,8 @@ class DLCJobTrigger(BaseTrigger):
                 # records the job when it defers, and the result when it resumes.
                 outcome = await asyncio.to_thread(finish, runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish),
                                                   log=self.log, owner=self.try_number is not None)
+                if notifications is not None:
+                    await asyncio.to_thread(notifications.final, outcome.ok, verdict.status, outcome.error)
                 yield self._event(JobEvent(ref, outcome.ok, outcome.result, outcome.error))
                 return
         finally:

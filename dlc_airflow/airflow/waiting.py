@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +54,7 @@ class LogCursor:
             except Exception as exc:  # noqa: BLE001
                 log.debug("could not read events of %s: %s", ref.name, exc)
                 new = []
-            for event in sorted(new, key=_event_time):
+            for event in sorted(new, key=event_time):
                 self.seen_events.add(event["metadata"]["uid"])
                 log.log(logging.WARNING if event.get("type") == "Warning" else logging.INFO,
                         "[event] %s", describe_event(event))
@@ -88,13 +89,17 @@ def describe_event(event: dict) -> str:
     return f"{obj.get('kind', '?')} {obj.get('name', '?')}: {event.get('reason', '')}: {event.get('message', '').strip()}"
 
 
-def _event_time(event: dict) -> str:
+def event_time(event: dict) -> str:
     return event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or ""
 
 
+OnChange = Callable[[JobStatus | None, JobStatus], None]  # (previous status, new status)
+
+
 def wait_sync(runner: JobRunner, ref: JobRef, log: Log, *, queue_timeout: float | None,
-              timeout: float | None, stream_logs: bool) -> tuple[Verdict, list[dict]]:
-    """Follow the job until a verdict; logs progress (and the job's logs) on the way."""
+              timeout: float | None, stream_logs: bool, on_change: OnChange | None = None) -> tuple[Verdict, list[dict]]:
+    """Follow the job until a verdict; logs progress (and the job's logs) on the way, and tells
+    `on_change` every status it sees (notifications)."""
     progress = Progress(ref.name, time.monotonic(), queue_timeout=queue_timeout, timeout=timeout)
     cursor = LogCursor()
     updates: list[tuple[JobStatus, list[dict]]] = []
@@ -119,9 +124,12 @@ def wait_sync(runner: JobRunner, ref: JobRef, log: Log, *, queue_timeout: float 
             now = time.monotonic()
             changed = False
             for status, pods in batch:  # noqa: B007 - the newest pods are used below
+                previous = progress.last
                 for line in progress.update(status, now):
                     log.info("%s", line)
                     changed = True
+                if on_change is not None:
+                    on_change(previous, status)
             if not batch and (beat := progress.heartbeat(now)):
                 log.info("%s", beat)
             if progress.starting(now) and now - last_start_check >= START_CHECK_EVERY:

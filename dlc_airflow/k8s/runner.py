@@ -18,7 +18,7 @@ from typing import Any
 from dlc_airflow import specpack
 from dlc_airflow.backends import kueue
 from dlc_airflow.backends.base import Backend
-from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of, parse_time, replicas_from_pods
+from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of, replicas_from_pods
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError, NotFound
 from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, WORKLOAD, ResourceKind, kind_of
@@ -42,7 +42,7 @@ from dlc_airflow.naming import (
 from dlc_airflow.runner import OwnershipError, SubmitError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.specpack import SPEC_ANNOTATION
-from dlc_airflow.status import JobStatus
+from dlc_airflow.status import JobStatus, parse_time
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of, parse_time
+from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.local.runner import LocalRunner
@@ -25,7 +25,7 @@ from dlc_airflow.naming import (
 )
 from dlc_airflow.runner import LogLines, OnStatus, SubmitError
 from dlc_airflow.spec import DLCJob
-from dlc_airflow.status import JobStatus
+from dlc_airflow.status import JobStatus, parse_time
 
 LOCAL = "local"
 LOCAL_KIND = ResourceKind("dlc-airflow/local", "LocalJob", "localjobs")

@@ -18,7 +18,7 @@ from typing import Any
 
 from dlc_airflow import reasons
 from dlc_airflow.backends.base import BackendError
-from dlc_airflow.jobinfo import JobInfo, Replica, parse_time, replicas_from_pods
+from dlc_airflow.jobinfo import JobInfo, Replica, replicas_from_pods
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_JOB, LABEL_TASK_KEY, LABEL_TRY, TaskIdentity
@@ -29,7 +29,7 @@ from dlc_airflow.pai.settings import PaiSettings, get_connection, settings_from
 from dlc_airflow.runner import LogLines, OnStatus, OwnershipError, SubmitError
 from dlc_airflow.runtime.metrics import parse_metric_line
 from dlc_airflow.spec import DLCJob
-from dlc_airflow.status import JobState, JobStatus
+from dlc_airflow.status import JobState, JobStatus, parse_time
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,8 @@ __all__ = [
     "LineageError",
     "ManifestStore",
     "cadence_timetable",
+    "data_asset",
+    "model_asset",
     "retraining_dag",
     "training_pipeline",
 ]
@@ -31,6 +33,8 @@ _LAZY = {
     "retraining_dag": "dlc_airflow.pipelines.retraining",
     "cadence_timetable": "dlc_airflow.pipelines.retraining",
     "ManifestStore": "dlc_airflow.pipelines.store",
+    "model_asset": "dlc_airflow.pipelines.assets",
+    "data_asset": "dlc_airflow.pipelines.assets",
 }
 
 

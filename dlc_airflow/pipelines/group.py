@@ -67,7 +67,8 @@ def _with_env(job: DLCJob, what: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 # what the pipeline passes to each operator itself; operator_kwargs may not set them again
-_PIPELINE_SETS = ("task_id", "job", "backend", "conn_id", "namespace", "local_root", "depends_on_past")
+_PIPELINE_SETS = ("task_id", "job", "backend", "conn_id", "namespace", "local_root", "depends_on_past", "outlets",
+                  "notify")
 
 
 def _check_arguments(gate: Any, keep_last: Any, operator_kwargs: Any, train_kwargs: Any) -> None:
@@ -107,6 +108,7 @@ def training_pipeline(
     operator_kwargs: dict[str, Any] | None = None,
     train_kwargs: dict[str, Any] | None = None,
     keep_last: int | None = None,
+    notify: Any = None,
 ) -> Any:
     """Add the pipeline to the current DAG as a TaskGroup `group_id` and return the group.
 
@@ -128,10 +130,12 @@ def training_pipeline(
     :param operator_kwargs: more DLCJobOperator arguments for all three jobs (e.g. timeout).
     :param train_kwargs: more arguments for the training operator only.
     :param keep_last: checkpoints kept per interval (default: the training job's, else 2).
+    :param notify: Airflow notifiers told of every job's state changes (DLCJobOperator's notify).
     """
     from airflow.sdk import TaskGroup
 
     from dlc_airflow.operators import DLCJobOperator
+    from dlc_airflow.pipelines.assets import data_asset
     from dlc_airflow.pipelines.store import check_openable
     from dlc_airflow.pipelines.tasks import CommitOperator, LineageOperator, PromoteOperator
 
@@ -176,15 +180,16 @@ def training_pipeline(
     store_kwargs = dict(storage_root=layout.root, lineage=lineage, mount_path=mount_path,
                         storage_conn_id=storage_conn_id)
     job_kwargs = dict(backend=backend, conn_id=conn_id, namespace=namespace, local_root=local_root,
-                      **(operator_kwargs or {}))
+                      notify=notify, **(operator_kwargs or {}))
     with TaskGroup(group_id=gid, tooltip=f"preprocess -> train -> inference ({lineage})") as group:
         resolve = LineageOperator(task_id="lineage", on_unfinished=on_unfinished, depends_on_past=True,
                                   wait_for_downstream=True, **store_kwargs)
-        pre = DLCJobOperator(task_id="preprocess", job=pre_spec, **job_kwargs)
+        pre = DLCJobOperator(task_id="preprocess", job=pre_spec, outlets=[data_asset(layout.root, lineage)],
+                             **job_kwargs)
         trainer = DLCJobOperator(task_id="train", job=train_spec, depends_on_past=True,
                                  **{**job_kwargs, **(train_kwargs or {})})
         commit = CommitOperator(task_id="commit", lineage_task_id=ids["lineage"], train_task_id=ids["train"],
-                                **store_kwargs)
+                                promotes=gate is None, **store_kwargs)
         infer = DLCJobOperator(task_id="inference", job=infer_spec, **job_kwargs)
         resolve >> trainer
         pre >> trainer >> commit

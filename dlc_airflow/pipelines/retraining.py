@@ -66,7 +66,9 @@ def retraining_dag(
     dlc_airflow.pipelines.group); max_active_runs is left to Airflow unless given, since
     the lineage task, not the run count, keeps training in order, and a cleared old run
     must still be able to start while later runs wait for it. Other keyword arguments go
-    to training_pipeline (backend, conn_id, mount_path, storage_conn_id, operator_kwargs...).
+    to training_pipeline (backend, conn_id, mount_path, storage_conn_id, operator_kwargs,
+    notify...). The lineage's promoted model is an Airflow Asset (`model_asset(storage_root,
+    lineage)`): a DAG scheduled on it runs after each promotion.
     """
     from airflow.sdk import DAG
 

@@ -19,6 +19,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from dlc_airflow.pipelines import lineage as lin
+from dlc_airflow.pipelines.assets import model_asset, promotions
 from dlc_airflow.pipelines.layout import Layout
 from dlc_airflow.pipelines.store import ManifestStore
 
@@ -40,6 +41,14 @@ def context_interval(context: Context) -> lin.Interval:
         return lin.Interval(start, end)
     except lin.LineageError as exc:
         raise AirflowFailException(str(exc)) from None
+
+
+def announce_model(context: Context, storage_root: str, lineage: str, **extra: Any) -> None:
+    """A model_asset event through the lineage's promotions alias (downstream DAGs scheduled on
+    the model run after it)."""
+    events = context.get("outlet_events")
+    if events is not None:
+        events[promotions(lineage)].add(model_asset(storage_root, lineage), extra=extra)
 
 
 class _LineageTask(BaseOperator):
@@ -113,6 +122,8 @@ class LineageOperator(_LineageTask):
             "checkpoint_uri": layout.checkpoints(interval),
             "predictions_uri": layout.predictions(interval),
             "manifest": layout.manifest,
+            "lineage": self.lineage,  # with the manifest: where the UI's lineage view reads it
+            "storage_conn_id": self.storage_conn_id,
         }
 
 
@@ -121,11 +132,16 @@ class CommitOperator(_LineageTask):
 
     template_fields: Sequence[str] = ()
 
-    def __init__(self, *, lineage_task_id: str, train_task_id: str, **kwargs: Any) -> None:
+    def __init__(self, *, lineage_task_id: str, train_task_id: str, promotes: bool = False, **kwargs: Any) -> None:
+        """`promotes`: there is no gate, so every committed model is the one to use (a model
+        asset event, as PromoteOperator's on a promotion)."""
         kwargs.setdefault("trigger_rule", "all_done")
+        if promotes:
+            kwargs.setdefault("outlets", [promotions(kwargs["lineage"])])
         super().__init__(**kwargs)
         self.lineage_task_id = lineage_task_id
         self.train_task_id = train_task_id
+        self.promotes = promotes
 
     def execute(self, context: Context) -> dict[str, Any]:
         interval = context_interval(context)
@@ -174,8 +190,11 @@ class CommitOperator(_LineageTask):
                 f"wait for it: fix the cause and clear this run"
             )
         self.log.info("interval %s succeeded: checkpoint %s, metrics %s", interval.key, checkpoint, metrics)
+        if self.promotes:
+            announce_model(context, self.storage_root, self.lineage, interval=interval.key, checkpoint=checkpoint,
+                           metric=None, value=None, job=result.get("job_name"))
         return {"interval": interval.key, "checkpoint": checkpoint, "model_uri": checkpoint, "metrics": metrics,
-                "resumed_from": begun.get("resumed_from"), "attempt": attempt}
+                "resumed_from": begun.get("resumed_from"), "attempt": attempt, "job": result.get("job_name")}
 
 
 class PromoteOperator(_LineageTask):
@@ -187,6 +206,7 @@ class PromoteOperator(_LineageTask):
 
     def __init__(self, *, commit_task_id: str, metric: str, threshold: float, mode: str = "max",
                  **kwargs: Any) -> None:
+        kwargs.setdefault("outlets", [promotions(kwargs["lineage"])])
         super().__init__(**kwargs)
         self.commit_task_id = commit_task_id
         self.gate = lin.Gate(metric, threshold, mode)  # validates
@@ -214,6 +234,9 @@ class PromoteOperator(_LineageTask):
         except lin.LineageError as exc:
             raise AirflowFailException(str(exc)) from None
         value = metrics.get(self.metric)
+        if decided["move"]:
+            announce_model(context, self.storage_root, self.lineage, interval=interval.key,
+                           checkpoint=committed["checkpoint"], metric=self.metric, value=value, job=committed.get("job"))
         if decided["passes"]:
             self.log.info("interval %s: %s%s", interval.key, decided["why"],
                           "; promoted" if decided["move"] else "")

@@ -1,0 +1,140 @@
+"""The job report (the DLC "analysis report") and the lineage view, as plain data.
+
+`job_report` gathers one job through its runner (the same contract on every backend:
+status, replicas, events, logs, outputs) and `build_report` shapes it (pure): the job, its
+roles, a timeline of its replicas, its restarts and their reasons, its Events, and the
+curves of the metrics its code printed with dlc_airflow.runtime.log_metrics
+(`DLC_METRICS {...}` lines in its logs). `lineage_rows` turns a retraining lineage's
+manifest into the rows of its table: interval, resumed from, checkpoint, metric, promoted.
+The UI (dlc_airflow/ui) and `dlc-airflow jobs describe` render these; nothing here draws.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from dlc_airflow.airflow.waiting import event_time
+from dlc_airflow.jobinfo import JobInfo, Replica
+from dlc_airflow.runner import JobRunner
+from dlc_airflow.status import JobStatus
+
+MAX_LOG_LINES = 20_000  # read for the metric curves; a report never needs more
+MAX_POINTS = 2_000  # per metric, evenly thinned beyond that (the chart has a few hundred pixels)
+
+
+def job_report(runner: JobRunner, info: JobInfo) -> dict[str, Any]:
+    """Everything the report shows of one job (I/O through the runner)."""
+    ref = info.ref
+    status = runner.status(ref)
+    lines: list[tuple[str, str]] = []
+    positions: dict[str, Any] = {}
+    while len(lines) < MAX_LOG_LINES:
+        new, positions = runner.logs(ref, positions)
+        if not new:
+            break
+        lines.extend(new)
+    return build_report(info, status, runner.replicas(ref), runner.events(ref), lines, runner.outputs(ref))
+
+
+def build_report(info: JobInfo, status: JobStatus, replicas: list[Replica], events: list[dict],
+                 log_lines: list[tuple[str, str]], outputs: dict[str, Any]) -> dict[str, Any]:
+    ref = info.ref
+    return {
+        "job": {
+            "name": ref.name, "backend": ref.backend, "namespace": ref.namespace, "uid": ref.uid,
+            "attempt": ref.attempt, "dag_id": info.dag_id, "task_id": info.task_id, "run_id": info.run_id,
+            "map_index": info.map_index, "try": info.try_number, "state": status.state.value,
+            "reason": status.reason, "message": status.message, "restarts": status.restarts,
+            "created": _iso(status.created or info.created), "started": _iso(status.started),
+            "finished": _iso(status.finished), **status.durations(),
+        },
+        "roles": {role: counts.model_dump() for role, counts in status.roles.items()},
+        "replicas": [replica_row(r) for r in replicas],
+        "restarts": restart_rows(replicas, status),
+        "events": [event_row(e) for e in sorted(events, key=event_time)],
+        "metrics": {"series": metric_series(log_lines), "final": dict(outputs.get("metrics") or {})},
+        "outputs": dict(outputs.get("outputs") or {}),
+    }
+
+
+def replica_row(replica: Replica) -> dict[str, Any]:
+    return {"name": replica.name, "role": replica.role, "index": replica.index, "state": replica.state,
+            "started": _iso(replica.started), "finished": _iso(replica.finished), "exit_code": replica.exit_code,
+            "reason": replica.reason, "restarts": replica.restarts, "node": replica.node}
+
+
+def restart_rows(replicas: list[Replica], status: JobStatus) -> list[dict[str, Any]]:
+    """What failed or was restarted, and why: each replica that failed or restarted in place, and
+    the job's own verdict when it restarted or failed (Kueue preemptions included)."""
+    rows = []
+    for r in replicas:
+        if r.state == "Failed" or r.restarts or r.reason == "Preempted":
+            why = r.reason or (f"exit code {r.exit_code}" if r.exit_code is not None else "")
+            rows.append({"replica": r.name, "time": _iso(r.finished or r.started), "restarts": r.restarts,
+                         "exit_code": r.exit_code, "reason": why})
+    if status.restarts or status.state.value in ("RESTARTING", "FAILED"):
+        rows.append({"replica": "job", "time": _iso(status.finished), "restarts": status.restarts,
+                     "exit_code": None, "reason": f"{status.reason}: {status.message}".strip(": ")})
+    return rows
+
+
+def event_row(event: dict) -> dict[str, Any]:
+    obj = event.get("involvedObject") or {}
+    return {"time": event_time(event), "type": event.get("type", ""), "reason": event.get("reason", ""),
+            "object": f"{obj.get('kind', '')} {obj.get('name', '')}".strip(),
+            "message": (event.get("message") or "").strip(), "count": event.get("count") or 1}
+
+
+def metric_series(lines: list[tuple[str, str]]) -> dict[str, list[list[float]]]:
+    """{metric: [[step, value], ...]} from the `DLC_METRICS` lines of the coordinator replica (the
+    first replica that printed any: rank 0 reports, as the runtime's outputs do). Lines without a
+    step are numbered in order; values that are not numbers are left out."""
+    from dlc_airflow.runtime.metrics import parse_metric_line
+
+    by_replica: dict[str, list[dict[str, Any]]] = {}
+    for replica, line in lines:
+        record = parse_metric_line(line)
+        if record is not None:
+            by_replica.setdefault(replica, []).append(record)
+    if not by_replica:
+        return {}
+    chosen = min(by_replica, key=_coordinator_first)
+    series: dict[str, list[list[float]]] = {}
+    for position, record in enumerate(by_replica[chosen]):
+        step = record.get("step", position)
+        for key, value in record.items():
+            if key == "step" or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            series.setdefault(key, []).append([float(step), float(value)])
+    return {k: _thin(v) for k, v in series.items()}
+
+
+def lineage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lineage table, oldest interval first: what each interval resumed from, the checkpoint
+    it made, its metrics, and whether it was promoted."""
+    promoted = {p.get("interval") for p in manifest.get("promotions") or []}
+    rows = []
+    for key, entry in sorted((manifest.get("intervals") or {}).items(), key=lambda kv: kv[1].get("start") or kv[0]):
+        rows.append({"interval": key, "start": entry.get("start"), "end": entry.get("end"),
+                     "status": entry.get("status"), "attempt": entry.get("attempt"), "run_id": entry.get("run_id"),
+                     "resumed_from": entry.get("resumed_from"), "checkpoint": entry.get("checkpoint"),
+                     "metrics": dict(entry.get("metrics") or {}), "promoted": key in promoted})
+    return rows
+
+
+def _coordinator_first(replica: str) -> tuple[int, int, str]:
+    role, _, index = replica.rpartition("-")
+    coordinator = role in ("master", "chief", "launcher", "head")
+    return (0 if coordinator else 1, int(index) if index.isdigit() else 0, replica)
+
+
+def _thin(points: list[list[float]]) -> list[list[float]]:
+    if len(points) <= MAX_POINTS:
+        return points
+    every = len(points) / MAX_POINTS
+    return [points[int(i * every)] for i in range(MAX_POINTS - 1)] + [points[-1]]
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
