@@ -123,9 +123,9 @@ def test_the_smtp_notifier_mails_each_state_change(dag_files, tmp_path, smtp_ser
 
 def test_a_notifier_that_cannot_travel_is_refused_at_parse_time():
     from airflow.sdk import BaseNotifier
+    from dlc_airflow.operators import DLCJobOperator
 
     from dlc_airflow.arguments import ArgumentError
-    from dlc_airflow.operators import DLCJobOperator
 
     class Local(BaseNotifier):  # defined here: not importable by the triggerer
         def __init__(self, where: str) -> None:
