@@ -15,9 +15,20 @@ The pipeline puts these in every job's env (see docs/pipelines.md):
 Training also gets the checkpoint env (DLC_CHECKPOINT_URI/DIR, DLC_RESUME_FROM): use
 dlc_airflow.runtime.save_checkpoint and resume_path.
 
+Types: the `*_uri()` functions return the URI as the pipeline wrote it (a str: s3://...,
+file://...); `local_path()` and the `*_dir()` functions return a `pathlib.Path` on this
+machine: the URI under DLC_STORAGE_URI mapped to the same place under DLC_STORAGE_DIR (the
+mount the pipeline's `mount_path=` made), a file:// URI or an absolute path as it is. Each
+raises RuntimeEnvError, naming the variable, when the job was not started by a pipeline
+step that sets it, or when the URI is not reachable as a local path (no mount).
+`interval()` returns timezone-aware UTC datetimes.
+
     from dlc_airflow.runtime import pipeline
-    start, end = pipeline.interval()
-    out = pipeline.output_dir()       # a local Path (the URI mapped through DLC_STORAGE_DIR)
+    start, end = pipeline.interval()           # datetimes, UTC: process [start, end)
+    out = pipeline.output_dir()                # Path: /mnt/ml/digits/data/20260101T000000Z-20260102T000000Z
+    out.mkdir(parents=True, exist_ok=True)     # the folder may not exist yet
+    model = pipeline.model_dir() / "model.pt"  # inference: the promoted checkpoint, as a Path
+    uri = pipeline.output_uri()                # str, for the store's own client or a report
 """
 
 from __future__ import annotations
@@ -67,7 +78,8 @@ def _time(name: str) -> datetime:
 
 
 def interval() -> tuple[datetime, datetime]:
-    """(start, end) of this run's data interval, UTC; the job processes [start, end)."""
+    """(start, end) of this run's data interval as timezone-aware UTC datetimes; the job
+    processes [start, end)."""
     start, end = _time("DLC_INTERVAL_START"), _time("DLC_INTERVAL_END")
     if end <= start:
         raise RuntimeEnvError(f"DLC_INTERVAL_END {end.isoformat()} is not after DLC_INTERVAL_START {start.isoformat()}")
@@ -75,31 +87,40 @@ def interval() -> tuple[datetime, datetime]:
 
 
 def interval_key() -> str:
+    """The interval's key (a str) in storage paths and the lineage manifest."""
     return _need("DLC_INTERVAL_KEY", "pipeline")
 
 
 def lineage() -> str:
+    """The lineage's name (a str)."""
     return _need("DLC_LINEAGE", "pipeline")
 
 
 def data_uri() -> str:
-    """This interval's preprocessed data (what preprocess wrote)."""
+    """This interval's preprocessed data (what preprocess wrote), as a URI (str)."""
     return _need("DLC_DATA_URI", "training or inference")
 
 
 def output_uri() -> str:
-    """Where this job writes its results."""
+    """Where this job writes its results, as a URI (str)."""
     return _need("DLC_OUTPUT_URI", "preprocess or inference")
 
 
 def model_uri() -> str:
-    """The checkpoint to run (inference)."""
+    """The checkpoint to run (inference), as a URI (str)."""
     return _need("DLC_MODEL_URI", "inference")
 
 
-def local_path(uri: str) -> Path:
-    """A URI as a local path: under DLC_STORAGE_URI it maps to DLC_STORAGE_DIR (the mount);
-    file:// URIs and absolute paths are local already; anything else is an error."""
+def local_path(uri: str | os.PathLike[str]) -> Path:
+    """`uri` as a Path on this machine.
+
+    A URI under DLC_STORAGE_URI maps to the same place under DLC_STORAGE_DIR (the mount):
+    with DLC_STORAGE_URI=s3://ml/lineages and DLC_STORAGE_DIR=/mnt/ml,
+    local_path("s3://ml/lineages/digits/ckpt") is Path("/mnt/ml/digits/ckpt"). A file:// URI
+    with an absolute path, an absolute path (str or Path) are local already. Anything else
+    (another store, a relative path) raises RuntimeEnvError: mount the store into the job.
+    """
+    uri = os.fspath(uri)
     root, mounted = os.environ.get("DLC_STORAGE_URI"), os.environ.get("DLC_STORAGE_DIR")
     if root and mounted:
         base = root.rstrip("/")
@@ -118,12 +139,17 @@ def local_path(uri: str) -> Path:
 
 
 def data_dir() -> Path:
+    """This interval's preprocessed data, data_uri() as a local Path (see local_path)."""
     return local_path(data_uri())
 
 
 def output_dir() -> Path:
+    """Where this job writes, output_uri() as a local Path (see local_path). The folder may not
+    exist yet: create it (`mkdir(parents=True, exist_ok=True)`) before writing into it."""
     return local_path(output_uri())
 
 
 def model_dir() -> Path:
+    """The checkpoint inference runs, model_uri() as a local Path (see local_path): the
+    folder save_checkpoint wrote (e.g. `model_dir() / "model.pt"`)."""
     return local_path(model_uri())

@@ -115,3 +115,47 @@ def test_torchrun_local_rank(clean_env):
     clean_env.setenv("LOCAL_RANK", "4")
     with pytest.raises(RuntimeEnvError, match="LOCAL_RANK=4 must be smaller than PET_NPROC_PER_NODE=4"):
         rt.local_rank()
+
+
+PIPELINE_ENV = ("DLC_STORAGE_URI", "DLC_STORAGE_DIR", "DLC_DATA_URI", "DLC_OUTPUT_URI", "DLC_MODEL_URI",
+                "DLC_CHECKPOINT_DIR", "DLC_CHECKPOINT_URI", "DLC_RESUME_FROM", "DLC_OUTPUT_FILE")
+
+
+def test_paths_come_back_as_pathlib_paths_uris_and_resume_path_as_str(clean_env, tmp_path):
+    """The documented types of dlc_airflow.runtime (its module docstring)."""
+    from pathlib import Path
+
+    from dlc_airflow.runtime import checkpoint, pipeline
+
+    for name in PIPELINE_ENV:
+        clean_env.delenv(name, raising=False)
+    clean_env.setenv("DLC_OUTPUT_FILE", str(tmp_path / "outputs.json"))
+    mount = tmp_path / "mnt"
+    clean_env.setenv("DLC_STORAGE_URI", "s3://ml/lineages")
+    clean_env.setenv("DLC_STORAGE_DIR", str(mount))
+    clean_env.setenv("DLC_DATA_URI", "s3://ml/lineages/digits/data/k")
+    clean_env.setenv("DLC_OUTPUT_URI", "s3://ml/lineages/digits/predictions/k")
+    clean_env.setenv("DLC_MODEL_URI", "s3://ml/lineages/digits/checkpoints/j/step-000003")
+    assert pipeline.data_dir() == mount / "digits/data/k"
+    assert pipeline.output_dir() == mount / "digits/predictions/k"
+    assert pipeline.model_dir() / "model.pt" == mount / "digits/checkpoints/j/step-000003/model.pt"
+    for value in (pipeline.data_dir(), pipeline.output_dir(), pipeline.model_dir(),
+                  pipeline.local_path("s3://ml/lineages"), pipeline.local_path(tmp_path)):
+        assert isinstance(value, Path)
+    assert pipeline.local_path("s3://ml/lineages") == mount
+    assert pipeline.local_path(tmp_path / "x") == pipeline.local_path(f"file://{tmp_path}/x") == tmp_path / "x"
+    assert isinstance(pipeline.output_uri(), str) and pipeline.output_uri().startswith("s3://")
+    with pytest.raises(RuntimeEnvError, match="not a local path"):
+        pipeline.local_path(Path("relative/x"))
+
+    root = tmp_path / "ckpt"
+    clean_env.setenv("DLC_CHECKPOINT_DIR", str(root))
+    seen = []
+    written = checkpoint.save_checkpoint(lambda folder: seen.append(folder), 3, report=False)
+    assert isinstance(seen[0], str)  # write_fn gets a str (torch.save and friends take one)
+    assert written == root / "step-000003" and isinstance(written, Path)
+    assert checkpoint.checkpoint_dir() == checkpoint.checkpoint_dir(f"file://{root}") == root
+    assert checkpoint.latest_checkpoint() == written
+    assert checkpoint.list_checkpoints(root) == [(3, written)]
+    clean_env.setenv("DLC_RESUME_FROM", str(written))
+    assert checkpoint.resume_path(report=False) == str(written)  # a str, documented
