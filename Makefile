@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS ?= constraints/constraints-py3.11.txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install install-demo cluster slurm lint test test-unit demo clean-cluster clean-slurm benchmarks
+.PHONY: install install-demo cluster slurm browser lint test test-unit demo clean-cluster clean-slurm benchmarks
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -34,13 +34,17 @@ cluster:
 slurm:
 	scripts/slurm-local up
 
+# Debian's chromium and chromium-driver (apt), for the UI tests in a real headless browser.
+browser:
+	scripts/browser-deps
+
 # ruff (lint) and mypy (types: the library, operators, sensors); settings in pyproject.toml
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
 # The test command: lint, then unit, local-backend, cluster and Airflow end-to-end tests.
-test: install-demo lint cluster slurm
+test: install-demo lint cluster slurm browser
 	$(VENV)/bin/pytest -q -ra
 
 test-unit: install

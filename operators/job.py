@@ -156,7 +156,8 @@ class DLCJobOperator(BaseOperator):
         from dlc_airflow.airflow.runners import connection_extras
 
         extras = None if ref.backend == "local" else connection_extras(self._conn)
-        ti.xcom_push(key=XCOM_REF, value={**ref.to_dict(), "conn_id": self._conn, "local_root": self.local_root})
+        ti.xcom_push(key=XCOM_REF, value={**ref.to_dict(), "conn_id": self._conn, "local_root": self.local_root,
+                                          "try_number": ti.try_number})
         urls = push_links(ti, ref, extras)
         where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index,
                  "try_number": ti.try_number, "job": ref.name, "backend": ref.backend, "namespace": ref.namespace,

@@ -75,7 +75,8 @@ def _info(data: dict[str, Any], dag_id: str, run_id: str, task_id: str, map_inde
     from dlc_airflow.jobinfo import JobInfo
     from dlc_airflow.jobref import JobRef
 
-    return JobInfo(ref=JobRef.from_dict(data), dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index)
+    return JobInfo(ref=JobRef.from_dict(data), dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index,
+                   try_number=int(data.get("try_number") or 0))
 
 
 def _report_url(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
