@@ -14,6 +14,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install $(PIN) -e ".[airflow,test,pai]"
+	rm -rf dlc_airflow.egg-info  # setuptools' build leftover: with the repo on sys.path Airflow would load our plugin twice
 	touch $@
 
 install: $(VENV)/.installed
@@ -21,6 +22,7 @@ install: $(VENV)/.installed
 # PyTorch, scikit-learn, matplotlib: only the demo and the DDP tests need them (a large download).
 $(VENV)/.installed-demo: $(VENV)/.installed
 	$(PIP) install $(PIN) -e ".[airflow,test,demo]"
+	rm -rf dlc_airflow.egg-info
 	touch $@
 
 install-demo: $(VENV)/.installed-demo

@@ -101,6 +101,9 @@ class DLCJobOperator(BaseOperator):
         self._try = 0
         self._trigger_secrets: dict | None = None  # references (never values of Airflow sources)
         self._notifications: Notifications | None = None
+        # the finished job's result, kept for OpenLineage (its listener reads no XCom: it may run
+        # in a forked process, where the task's channel to Airflow is not to be used)
+        self._result: dict | None = None
         self._conn = conn_id or "kubernetes_default"  # the connection execute() chose
 
     # -- parse-time checks ---------------------------------------------------------------
@@ -195,6 +198,7 @@ class DLCJobOperator(BaseOperator):
                          record=self._recorder(context))
         if self._notifications is not None:
             self._notifications.final(outcome.ok, verdict.status, outcome.error)
+        self._result = outcome.result
         if outcome.ok:
             self._announce(context, outcome.result)
         return _result(outcome.ok, outcome.result, outcome.error)
@@ -256,6 +260,7 @@ class DLCJobOperator(BaseOperator):
             job_event = JobEvent.from_task_end(event, ref, runner, OnFinish(self.on_finish))
         self._recorder(context)({**job_event.ref.to_dict(), "state": job_event.result.get("state"),
                                  "result": job_event.result})
+        self._result = job_event.result
         if job_event.ok:
             self._announce(context, job_event.result)
         return _result(job_event.ok, job_event.result, job_event.error)
@@ -264,7 +269,7 @@ class DLCJobOperator(BaseOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         from dlc_airflow.airflow.lineage import operator_lineage
 
-        return operator_lineage(self.job, task_instance.xcom_pull(task_ids=self.task_id))
+        return operator_lineage(self.job, self._result)
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         from dlc_airflow.airflow.lineage import operator_lineage

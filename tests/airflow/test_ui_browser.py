@@ -138,6 +138,10 @@ def test_the_airflow_ui_has_the_tab_and_the_task_has_its_links(ui):
 
     base, driver, runs, _ = ui
     jwt = token(base, "admin", PASSWORD)
+    code, body = get(base, "/api/v2/plugins/importErrors", jwt)
+    assert code == 200 and json.loads(body)["total_entries"] == 0, body  # our plugin loaded once, cleanly
+    code, body = get(base, "/api/v2/plugins", jwt)
+    assert [p["name"] for p in json.loads(body)["plugins"]].count("dlc_airflow") == 1, body
     run = quote(runs[-1], safe="")
     code, body = get(base, f"/api/v2/dags/{DAG_ID}/dagRuns/{run}/taskInstances/retrain.train/links", jwt)
     assert code == 200, body
