@@ -34,7 +34,7 @@ def test_local_job_runs_and_reports_into_xcom(dag_files, deferrable, tmp_path, c
     ti = dag_run.get_task_instance("train")
     assert ti.state == "success", ti.state
     result = xcom(ti)
-    assert result["backend"] == "local" and result["state"] == "SUCCEEDED"
+    assert result["backend"] == "local" and result["state"] == "SUCCEEDED" and result["uid"]
     assert result["roles"]["worker"]["succeeded"] == 2
     # the coordinator (worker-0) wins on conflicts
     assert result["metrics"] == {"step": 1, "loss": 0.5}
