@@ -271,13 +271,16 @@ def kubeflow_status(obj: dict) -> JobStatus:
         roles[_ROLE_OF_TYPE.get(rtype, rtype.lower())] = RoleCounts(replicas=int((rspec or {}).get("replicas", 1)))
     # Restarts are not in the operator's status: replicaStatuses counts the pods that exist now,
     # and under the ExitCode policy a replica that exited 128-255 is deleted and created again.
-    # What is known: a Restarting job has restarted at least once (the pods' own restart counts
-    # are added by KubeflowBackend.status).
+    # What is known: a live or succeeded job's failed pods were replaced (at least that many
+    # restarts), a Restarting job restarted at least once, and a failed job's failed pods are
+    # the ones that failed it (the pods' own restart counts are added by KubeflowBackend.status).
+    failed_pods = 0
     for rtype, rs in (st.get("replicaStatuses") or {}).items():
         c = roles.setdefault(_ROLE_OF_TYPE.get(rtype, rtype.lower()), RoleCounts())
         c.active = int(rs.get("active") or 0)
         c.succeeded = int(rs.get("succeeded") or 0)
         c.failed = int(rs.get("failed") or 0)
+        failed_pods += c.failed
 
     meta = obj.get("metadata") or {}
     base: dict[str, Any] = {
@@ -297,14 +300,14 @@ def kubeflow_status(obj: dict) -> JobStatus:
         return failed.model_copy(update={"reason": failure_reason(cond, replica_specs)})
     if cond := condition(obj, "Succeeded"):
         finished = latest([st.get("completionTime") or cond.get("lastTransitionTime")])
-        succeeded = result(JobState.SUCCEEDED, reasons.COMPLETED, cond, finished=finished)
+        succeeded = result(JobState.SUCCEEDED, reasons.COMPLETED, cond, finished=finished, restarts=failed_pods)
         return succeeded.model_copy(update={"reason": reasons.COMPLETED})  # not the operator's <Kind>Succeeded
     if cond := condition(obj, "Suspended"):
         return result(JobState.QUEUED, reasons.SUSPENDED, cond).model_copy(update={"reason": reasons.SUSPENDED})
     if cond := condition(obj, "Restarting"):
-        return result(JobState.RESTARTING, reasons.RESTARTING, cond, restarts=1)
+        return result(JobState.RESTARTING, reasons.RESTARTING, cond, restarts=max(1, failed_pods))
     if cond := condition(obj, "Running"):
-        return result(JobState.RUNNING, reasons.RUNNING, cond)
+        return result(JobState.RUNNING, reasons.RUNNING, cond, restarts=failed_pods)
     if (spec.get("runPolicy") or {}).get("suspend"):
         return JobStatus(state=JobState.QUEUED, reason=reasons.SUSPENDED,
                          message="suspended (waiting for admission, e.g. Kueue)", **base)

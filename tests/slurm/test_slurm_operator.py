@@ -5,6 +5,7 @@ line and nothing left queued; and the JWT nowhere but in the request headers."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import textwrap
@@ -175,11 +176,15 @@ def test_bad_inputs_fail_with_one_clear_line_and_nothing_queued(case, dag_files,
     assert "not-a-jwt" not in text and forged_jwt(slurm.user).split(".")[2] not in line
 
 
-SECRET_REPORT = textwrap.dedent("""
-    import os
+# the values' digests, not the values: the job's command travels with it (spec.json) and must
+# hold no value the test looks for
+SECRET_REPORT = textwrap.dedent(f"""
+    import hashlib, os
     from dlc_airflow.runtime import report_output
+    digest = lambda name: hashlib.sha256(os.environ[name].encode()).hexdigest()
     print("token is", os.environ["HF_TOKEN"], "and key is", os.environ["API_KEY"], flush=True)
-    report_output("token_ok", os.environ["HF_TOKEN"] == "hf_SlurmSecret42" and os.environ["API_KEY"] == "key-Literal-77")
+    report_output("token_ok", digest("HF_TOKEN") == "{hashlib.sha256(b'hf_SlurmSecret42').hexdigest()}"
+                  and digest("API_KEY") == "{hashlib.sha256(b'key-Literal-77').hexdigest()}")
 """)
 
 

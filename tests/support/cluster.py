@@ -290,10 +290,24 @@ def ensure_local_queue(admin: KubeClient, namespace: str, cluster_queue: str) ->
         pass
 
 
-def create_local_queues(admin: KubeClient, namespace: str) -> None:
-    """Kueue LocalQueues team-a and team-b (k8s/cluster/kueue.yaml's ClusterQueues) in a namespace."""
+def create_local_queues(admin: KubeClient, namespace: str, timeout: float = 60.0) -> None:
+    """Kueue LocalQueues team-a and team-b (k8s/cluster/kueue.yaml's ClusterQueues) in a namespace,
+    once Kueue has taken them in (their Active condition): a job Kueue sees before its queue
+    is never admitted (after an API server restart, Kueue's caches fill in a few seconds)."""
+    import time
+
     for team in ("team-a", "team-b"):
         ensure_local_queue(admin, namespace, team)
+    deadline = time.monotonic() + timeout
+    while True:
+        queues, _ = admin.list(LOCAL_QUEUE, namespace)
+        active = [q for q in queues if any(c.get("type") == "Active" and c.get("status") == "True"
+                                           for c in (q.get("status") or {}).get("conditions") or [])]
+        if len(active) >= 2:
+            return
+        if time.monotonic() > deadline:
+            raise ClusterUnavailable(f"Kueue did not take in the LocalQueues of {namespace} in {timeout:.0f}s")
+        time.sleep(0.2)
 
 
 def pod_logs(admin: KubeClient, namespace: str, path) -> Callable[[], None]:
