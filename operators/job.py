@@ -96,6 +96,7 @@ class DLCJobOperator(BaseOperator):
         spec = _load(job, self)
         self.job = spec.to_dict()
         self._check_backend(spec)
+        self._start_in_triggerer_if_it_can(spec)
         self._ref: JobRef | None = None
         self._runner: JobRunner | None = None
         self._try = 0
@@ -105,6 +106,34 @@ class DLCJobOperator(BaseOperator):
         # in a forked process, where the task's channel to Airflow is not to be used)
         self._result: dict | None = None
         self._conn = conn_id or "kubernetes_default"  # the connection execute() chose
+
+    # -- start_from_trigger --------------------------------------------------------------
+    def _start_in_triggerer_if_it_can(self, spec: DLCJob) -> None:
+        """A task that needs nothing only a worker can do starts in the triggerer: the trigger
+        submits (or adopts) the job, waits, and ends the task; no worker slot at all. That is a
+        deferrable task that waits for its job, whose spec has no Jinja template (the triggerer
+        renders with a plain Jinja, without the DAG's macros), no outlets and no OpenLineage
+        (Airflow emits both only on workers). Mapped tasks never do (Airflow sets it per class
+        for them). dag.test ignores it: it runs `execute`."""
+        from airflow.triggers.base import StartTriggerArgs
+
+        from dlc_airflow.airflow.lineage import lineage_listener_on
+
+        if not (self.deferrable and self.wait_for_completion) or self.outlets or lineage_listener_on():
+            return
+        if _templated(self.job) or _templated(self.namespace):
+            return
+        backstop = timedelta(seconds=self.timeout + 300) if self.timeout else None
+        self.start_from_trigger = True
+        self.start_trigger_args = StartTriggerArgs(
+            trigger_cls="dlc_airflow.airflow.trigger.DLCJobTrigger", next_method="execute_complete",
+            timeout=backstop, trigger_kwargs={
+                "conn_id": self.conn_id or "kubernetes_default", "namespace": self.namespace,
+                "local_root": self.local_root, "queue_timeout": self.queue_timeout, "timeout": self.timeout,
+                "stream_logs": self.stream_logs, "on_finish": self.on_finish, "end_from_trigger": True,
+                "notify": {"specs": self.notify, "where": {}} if self.notify else None,
+                "start": {"job": self.job, "backend": self.backend, "conn_id": self.conn_id,
+                          "base_name": spec.name or self.task_id, "reuse_succeeded": self.reuse_succeeded}})
 
     # -- parse-time checks ---------------------------------------------------------------
     def _check_backend(self, spec: DLCJob) -> None:
@@ -245,6 +274,9 @@ class DLCJobOperator(BaseOperator):
         """Back from the trigger (dag.test, and triggers that do not end the task themselves)."""
         from dlc_airflow.airflow.event import JobEvent
 
+        if isinstance(event, dict) and "dlc_start_error" in event:  # a start in the triggerer failed
+            error = f"{self.task_id}: {event['dlc_start_error']}"
+            raise AirflowFailException(error) if event.get("permanent") else AirflowException(error)
         if JobEvent.is_payload(event):
             job_event = JobEvent.from_dict(event)
         else:  # dag.test resumes with the end event's state only: read the job itself
@@ -374,6 +406,17 @@ def _carry_notifiers(notify: Any, tid: str) -> list[dict]:
         return [carry(n, f"{tid}: notify[{i}]") for i, n in enumerate(notify)]
     except ValueError as exc:
         raise ArgumentError(str(exc)) from None
+
+
+def _templated(value: Any) -> bool:
+    """Whether a spec (or any value) holds a Jinja template anywhere."""
+    from dlc_airflow.specfields import is_templated
+
+    if isinstance(value, dict):
+        return any(_templated(k) or _templated(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_templated(v) for v in value)
+    return is_templated(value)
 
 
 def _check_consistent(op: DLCJobOperator, deferrable: bool | None) -> None:

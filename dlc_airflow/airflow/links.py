@@ -63,6 +63,11 @@ def link_urls(ref: JobRef, dag_id: str, run_id: str, task_id: str, map_index: in
     return urls
 
 
+def push_links_xcoms(urls: dict[str, str]) -> dict[str, str]:
+    """{XCom key: URL} of the links that apply (what a task ending in the triggerer hands over)."""
+    return {link.xcom_key: urls[link.name] for link in LINKS if link.name in urls}
+
+
 def push_links(ti: Any, ref: JobRef, extras: dict[str, Any] | None) -> dict[str, str]:
     """Push each link's URL under its XCom key (see the module docstring); returns them."""
     from airflow.configuration import conf
@@ -70,7 +75,6 @@ def push_links(ti: Any, ref: JobRef, extras: dict[str, Any] | None) -> dict[str,
     base = conf.get("api", "base_url", fallback="") or "http://localhost:8080"
     urls = link_urls(ref, ti.dag_id, ti.run_id, ti.task_id, ti.map_index if ti.map_index is not None else -1,
                      extras, base)
-    for link in LINKS:
-        if link.name in urls:
-            ti.xcom_push(key=link.xcom_key, value=urls[link.name])
+    for key, url in push_links_xcoms(urls).items():
+        ti.xcom_push(key=key, value=url)
     return urls

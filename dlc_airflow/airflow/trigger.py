@@ -6,15 +6,24 @@ costs the API server O(1) watches per namespace, whatever the number of jobs, an
 finished job is seen as soon as its status reaches the watch. The trigger logs every state
 change (with the job's new pod log lines and Events) and, when the job is done, ends the
 task itself (TaskSuccessEvent / TaskFailedEvent carrying the XComs) so a finished job does
-not wait for a worker slot.
+not wait for a worker slot. A task that needs no worker at all starts here
+(start_from_trigger): the trigger submits or adopts its job first (dlc_airflow.airflow.start).
+
+Waiting costs the API server nothing per job: status, pods and Events come from the shared
+watches; pod logs are read at the job's state changes and at its end. The few blocking calls
+(logs, the wrap-up) run on a thread pool of dlc-airflow's own, so they never queue behind other
+triggers' work on asyncio's default pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
@@ -27,13 +36,28 @@ from dlc_airflow.progress import Progress
 from dlc_airflow.runner import JobRunner
 from dlc_airflow.status import JobStatus
 
+T = TypeVar("T")
+# dlc-airflow's own threads for the triggers' blocking calls (a finished job's logs and wrap-up,
+# a start's submit): a burst of finishing jobs is not queued behind other triggers' work on
+# asyncio's default pool (a few threads on a small machine), nor they behind it.
+_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dlc-trigger")
+
+
+async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`func` on _POOL, in a copy of this task's context (as asyncio.to_thread): the trigger's log
+    context (its lines go to the task's log) and Airflow's channel to the supervisor go along."""
+    context = contextvars.copy_context()
+    call = functools.partial(context.run, func, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_POOL, call)
+
 
 class DLCJobTrigger(BaseTrigger):
-    def __init__(self, *, ref: dict, conn_id: str = "kubernetes_default", namespace: str | None = None,
+    def __init__(self, *, ref: dict | None = None, conn_id: str = "kubernetes_default", namespace: str | None = None,
                  local_root: str | None = None, deadline: float | None = None,
                  queue_timeout: float | None = None, queued_since: float | None = None,
                  stream_logs: bool = True, on_finish: str = OnFinish.KEEP.value, end_from_trigger: bool = True,
-                 try_number: int | None = None, secrets: dict | None = None, notify: dict | None = None):
+                 try_number: int | None = None, secrets: dict | None = None, notify: dict | None = None,
+                 start: dict | None = None, timeout: float | None = None):
         super().__init__()
         self.ref = ref
         self.conn_id = conn_id
@@ -53,6 +77,11 @@ class DLCJobTrigger(BaseTrigger):
         self.secrets = secrets
         # the notifiers told of the job's state changes (dlc_airflow.airflow.notify.Notifications)
         self.notify = notify
+        # start_from_trigger: no job yet (ref None); the spec and how to submit it
+        # (dlc_airflow.airflow.start), and the task's timeout, which counts from the submit
+        self.start = start
+        self.timeout = timeout
+        self._xcoms: dict[str, Any] = {}  # what a task started here publishes when it ends
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -60,25 +89,50 @@ class DLCJobTrigger(BaseTrigger):
             "local_root": self.local_root, "deadline": self.deadline, "queue_timeout": self.queue_timeout,
             "queued_since": self.queued_since, "stream_logs": self.stream_logs, "on_finish": self.on_finish,
             "end_from_trigger": self.end_from_trigger, "try_number": self.try_number, "secrets": self.secrets,
-            "notify": self.notify,
+            "notify": self.notify, "start": self.start, "timeout": self.timeout,
         })
 
     async def _runner(self) -> JobRunner:
         from dlc_airflow.airflow.runners import shared_runner
 
+        assert self.ref is not None  # (a task started here has made its job by now)
         ref = JobRef.from_dict(self.ref)
         connection = None if ref.backend == LOCAL else await _connection(self.conn_id)
         extras = connection.extra_dejson if connection is not None else ({} if ref.backend != LOCAL else None)
         namespace = self.namespace or ref.namespace
-        return await asyncio.to_thread(shared_runner, ref.backend, self.conn_id, namespace,
-                                       extras=extras, local_root=self.local_root, connection=connection)
+        return await blocking(shared_runner, ref.backend, self.conn_id, namespace,
+                              extras=extras, local_root=self.local_root, connection=connection)
+
+    async def _begin(self) -> tuple[JobRef, JobRunner]:
+        """The job to wait on, and its runner: this task's job (deferred by a worker), or, for a
+        task started here, the job it submits or adopts now (StartError when it cannot)."""
+        if self.ref is not None:
+            runner = await self._runner()
+            await self._mask_secrets(runner)
+            return JobRef.from_dict(self.ref), runner
+        from dlc_airflow.airflow.start import start_job
+
+        assert self.start is not None
+        started = await blocking(start_job, self.start, self.task_instance, self.namespace, self.local_root, self.log)
+        # from now on, as if a worker had deferred it (on_kill, the wait, the wrap-up)
+        self.ref, self.conn_id, self.try_number = started.ref.to_dict(), started.conn_id, started.identity.try_number
+        self.secrets, self.queued_since, self._xcoms = started.secrets, started.began, started.xcoms
+        self.deadline = started.began + self.timeout if self.timeout else None
+        if self.notify:
+            self.notify = {**self.notify, "where": started.where}
+        return started.ref, started.runner
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from dlc_airflow.airflow.start import StartError
         from dlc_airflow.airflow.waiting import START_CHECK_EVERY, LogCursor, why_not_started
 
-        ref = JobRef.from_dict(self.ref)
-        runner = await self._runner()
-        await self._mask_secrets(runner)
+        try:
+            ref, runner = await self._begin()
+        except StartError as exc:
+            self.log.error("%s", exc)
+            # the worker raises it for Airflow: a permanent error fails the task without retries
+            yield TriggerEvent({"dlc_start_error": str(exc), "permanent": exc.permanent})
+            return
         # the wait began at the submit (queued_since), maybe in another triggerer: its clocks
         # (and its messages: "within timeout (30m)") count from there
         elapsed = max(0.0, time.time() - self.queued_since) if self.queued_since else 0.0
@@ -93,7 +147,7 @@ class DLCJobTrigger(BaseTrigger):
         def on_status(status: JobStatus, pods: list[dict]) -> None:  # in the follower's thread
             loop.call_soon_threadsafe(updates.put_nowait, (status, pods))
 
-        await asyncio.to_thread(follower.start, on_status)
+        await blocking(follower.start, on_status)
         self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.namespace)
         pods: list[dict] = []
         last_start_check = 0.0
@@ -114,31 +168,32 @@ class DLCJobTrigger(BaseTrigger):
                             self.log.info("%s", line)
                             changed = True
                         if notifications is not None:
-                            await asyncio.to_thread(notifications.on_change, previous, status)
+                            await blocking(notifications.on_change, previous, status)
                 except TimeoutError:
                     if beat := progress.heartbeat(now):
+                        # a line, no logs: a quiet job's logs are read when it changes or ends
+                        # (reading them on every heartbeat is a request per job per minute)
                         self.log.info("%s", beat)
-                        changed = True  # a long quiet wait: show the job's latest logs and Events too
                 if progress.starting(now) and now - last_start_check >= START_CHECK_EVERY:
                     last_start_check = now
-                    why = await asyncio.to_thread(why_not_started, runner, ref, self.log)
+                    why = await blocking(why_not_started, runner, ref, self.log)  # the Event watch's cache
                     for line in progress.cannot_start(why, now):
                         self.log.warning("%s", line)
                 verdict = progress.verdict(now)
                 if self.stream_logs and (changed or verdict):
-                    await asyncio.to_thread(cursor.emit, runner, ref, self.log, pods or None)
+                    await blocking(cursor.emit, runner, ref, self.log, pods or None)
                 if verdict is None:
                     continue
                 # The triggerer cannot reach the task state store (Airflow 3.3): the worker
                 # records the job when it defers, and the result when it resumes.
-                outcome = await asyncio.to_thread(finish, runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish),
-                                                  log=self.log, owner=self.try_number is not None)
+                outcome = await blocking(finish, runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish),
+                                         log=self.log, owner=self.try_number is not None)
                 if notifications is not None:
-                    await asyncio.to_thread(notifications.final, outcome.ok, verdict.status, outcome.error)
+                    await blocking(notifications.final, outcome.ok, verdict.status, outcome.error)
                 yield self._event(JobEvent(ref, outcome.ok, outcome.result, outcome.error))
                 return
         finally:
-            await asyncio.to_thread(follower.close)
+            await blocking(follower.close)
 
     async def _mask_secrets(self, runner: JobRunner) -> None:
         """The job's secret values, registered with the secrets masker of the triggerer (another
@@ -146,12 +201,12 @@ class DLCJobTrigger(BaseTrigger):
         from dlc_airflow.secrets import TriggerSecrets
 
         if self.secrets:
-            await asyncio.to_thread(TriggerSecrets.from_dict(self.secrets).register, runner, self.log)
+            await blocking(TriggerSecrets.from_dict(self.secrets).register, runner, self.log)
 
     def _event(self, event: JobEvent) -> TriggerEvent:
         if self.end_from_trigger:
             end = TaskSuccessEvent if event.ok else TaskFailedEvent
-            return end(xcoms={"return_value": event.result})
+            return end(xcoms={**self._xcoms, "return_value": event.result})
         return TriggerEvent(event.to_dict())
 
     async def on_kill(self) -> None:
@@ -159,13 +214,16 @@ class DLCJobTrigger(BaseTrigger):
         a newer try of the task has adopted it."""
         from dlc_airflow.submission import stop_if_owner
 
+        if self.ref is None:  # started here, killed before its job was made
+            self.log.info("task killed before its job was submitted")
+            return
         ref = JobRef.from_dict(self.ref)
         if self.try_number is None:  # a sensor's wait: the job is not this task's to stop
             self.log.info("task killed while deferred; job %s is not its own and keeps running", ref.name)
             return
         runner = await self._runner()
         self.log.info("task killed while deferred")
-        await asyncio.to_thread(stop_if_owner, runner, ref, self.try_number, self.log)
+        await blocking(stop_if_owner, runner, ref, self.try_number, self.log)
 
 
 async def _connection(conn_id: str) -> Any | None:

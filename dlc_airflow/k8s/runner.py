@@ -23,6 +23,7 @@ from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError, NotFound
 from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, WORKLOAD, ResourceKind, kind_of
 from dlc_airflow.k8s.waiter import JobWaiter
+from dlc_airflow.k8s.watch import REGISTRY, JobObjects
 from dlc_airflow.naming import (
     LABEL_ATTEMPT,
     LABEL_DAG,
@@ -269,9 +270,16 @@ class KubeRunner:
             return []
 
     def events(self, ref: JobRef, seen: set[str] | None = None) -> list[dict]:
-        """Kubernetes Events about the job's objects and pods (not yet in `seen`)."""
-        items, _ = self.client.list(EVENT, ref.namespace)
+        """Kubernetes Events about the job's objects and pods (not yet in `seen`): from the
+        namespace's shared Event watch while this process waits on the job, else one list."""
+        cached = self._cached(EVENT, ref)
+        items = list(cached.live.values()) if cached is not None else self.client.list(EVENT, ref.namespace)[0]
         return [e for e in items if is_job_event(e, ref.name) and e["metadata"]["uid"] not in (seen or ())]
+
+    def _cached(self, kind: ResourceKind, ref: JobRef) -> JobObjects | None:
+        """What this process's shared watch of `kind` holds of the job, when it waits on it."""
+        watch = REGISTRY.peek((self.cluster_key, ref.namespace, kind))
+        return watch.cached(ref.name) if watch is not None else None
 
     def logs(self, ref: JobRef, since: dict[str, str] | None = None,
              pods: list[dict] | None = None) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -325,7 +333,8 @@ class KubeRunner:
         parameter servers, or its other roles after one role failed); every object stays -
         but for a job its Kueue preemption failed (restart_on_preemption off), which is deleted:
         Kueue would run it again."""
-        objects = self.objects(ref)
+        cached = self._cached(ref.kind, ref)  # the wait's own view: no request for most jobs
+        objects = list(cached.live.values()) if cached is not None and cached.live else self.objects(ref)
         if kueue.queued(objects) and kueue.fails_on_preemption(objects) and kueue.evicted(self.workloads(ref)):
             # failed by its preemption (restart_on_preemption off): Kueue would run it again
             self.stop(ref)

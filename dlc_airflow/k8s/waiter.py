@@ -3,8 +3,9 @@
 A waiter subscribes to the shared watch of the job's kind and of pods in its namespace
 (see watch.py: one list+watch each per namespace, whatever the number of waiters), and of
 Kueue's Workloads for a queued job (backends/kueue.py: Kueue's reason while it waits), and
-turns every change into a JobStatus with the backend's pure status mapping. Status
-callbacks run in the watch threads; the waits hand them to a queue.
+turns every change into a JobStatus with the backend's pure status mapping. It also keeps
+the job's Events in the namespace's shared Event watch, where KubeRunner.events reads them
+(no list per job). Status callbacks run in the watch threads; the waits hand them to a queue.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dlc_airflow.backends import kueue
 from dlc_airflow.backends.base import Backend
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import KubeClient
-from dlc_airflow.k8s.kinds import POD, WORKLOAD, ResourceKind
-from dlc_airflow.k8s.watch import REGISTRY, JobObjects, SharedWatch, WatchRegistry
+from dlc_airflow.k8s.kinds import EVENT, POD, WORKLOAD, ResourceKind
+from dlc_airflow.k8s.watch import REGISTRY, JobObjects, SharedWatch, WatchRegistry, event_job
 from dlc_airflow.naming import LABEL_JOB
 from dlc_airflow.runner import OnStatus
 from dlc_airflow.status import JobState, JobStatus
@@ -43,8 +44,13 @@ class JobWaiter:
 
     def start(self, on_status: OnStatus) -> None:
         self._on_status = on_status
-        # a copy: a watch that answers at once may add the Workloads' key to self._keys
-        for key, target in zip(list(self._keys), ("_objects", "_pods"), strict=True):
+        # the Events first (kept for KubeRunner.events; they change no status), then the job and
+        # its pods; a copy of the keys: a watch that answers at once may add the Workloads' key
+        events = (self._keys[0][0], self.ref.namespace, EVENT)
+        self._unsubscribe.append(self.registry.get(events, self._watch_factory(events)).subscribe(self.ref.name, _keep))
+        keys = list(self._keys)
+        self._keys.append(events)
+        for key, target in zip(keys[:2], ("_objects", "_pods"), strict=True):
             self._subscribe(key, target)
 
     def _subscribe(self, key: tuple[str, str, ResourceKind], target: str) -> None:
@@ -63,7 +69,8 @@ class JobWaiter:
         self._subscribe(self._workloads_key, "_workloads")
 
     def _watch_factory(self, key: tuple[str, str, ResourceKind]) -> Callable[[], SharedWatch]:
-        return lambda: SharedWatch(self.client, key[1], key[2])
+        group_of = event_job if key[2] == EVENT else None  # Events carry no labels of ours
+        return lambda: SharedWatch(self.client, key[1], key[2], group_of=group_of)
 
     def close(self) -> None:
         for unsubscribe in self._unsubscribe:
@@ -112,3 +119,7 @@ class JobWaiter:
             return self.backend.status(current, live_pods), live_pods
         return JobStatus(state=JobState.STOPPED, reason=reasons.NOT_FOUND,
                          message=f"{self.ref.kind.kind} {self.ref.name} not found in namespace {self.ref.namespace}"), live_pods
+
+
+def _keep(objects: JobObjects) -> None:
+    """An Event watch subscriber: the watch keeps the job's Events; nothing to do on a change."""

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
 from dlc_airflow.k8s.client import AuthError, Gone, KubeClient, KubeError
@@ -53,12 +54,20 @@ class WatchStats:
 
 
 class SharedWatch:
-    """list+watch of one kind in one namespace, for objects dlc-airflow manages."""
+    """list+watch of one kind in one namespace, for objects dlc-airflow manages.
+
+    Objects are kept per job: by their job-name label, or, for kinds that carry no labels of
+    ours (Events), by `group_of(object, jobs)` among the jobs someone waits on - then the
+    watch sees every object of the kind in the namespace but keeps only those of waited jobs.
+    """
 
     def __init__(self, client: KubeClient, namespace: str, kind: ResourceKind, *,
-                 group_label: str = LABEL_JOB, watch_timeout: int = 240):
+                 group_label: str = LABEL_JOB, watch_timeout: int = 240,
+                 group_of: Callable[[dict, Container[str]], str | None] | None = None):
         self.client, self.namespace, self.kind = client, namespace, kind
         self.group_label = group_label
+        self.group_of = group_of
+        self.selector: dict[str, str] | None = None if group_of else {MANAGED_BY: MANAGER}
         self.watch_timeout = watch_timeout
         self.stats = WatchStats()
         self._lock = threading.Lock()
@@ -106,8 +115,21 @@ class SharedWatch:
                 target=self._run, daemon=True, name=f"dlc-watch-{self.kind.plural}-{self.namespace}")
             self._thread.start()
 
+    def cached(self, job: str) -> JobObjects | None:
+        """What the watch holds of `job` when it is listed and someone waits on the job (its
+        objects are then kept up to date), else None: ask the server."""
+        with self._lock:
+            if not self._synced.is_set() or job not in self._subscribers:
+                return None
+            return self._objects.get(job, JobObjects(synced=True)).copy()
+
+    def _group(self, obj: dict) -> str | None:
+        if self.group_of is not None:
+            return self.group_of(obj, self._subscribers)
+        return obj.get("metadata", {}).get("labels", {}).get(self.group_label)
+
     def _run(self) -> None:
-        selector = {MANAGED_BY: MANAGER}
+        selector = self.selector
         rv: str | None = None
         failures = 0
         while not self._stop.is_set():
@@ -156,14 +178,15 @@ class SharedWatch:
                 rv = None
                 self._stop.wait(min(5.0, 0.2 * failures))
 
-    def _relist(self, selector: dict[str, str]) -> str:
+    def _relist(self, selector: dict[str, str] | None) -> str:
         items, rv = self.client.list(self.kind, self.namespace, labels=selector)
         self.stats.lists += 1
         fresh: dict[str, dict[str, dict]] = {}
-        for obj in items:
-            job = obj["metadata"].get("labels", {}).get(self.group_label)
-            if job:
-                fresh.setdefault(job, {})[obj["metadata"]["name"]] = obj
+        with self._lock:
+            for obj in items:
+                job = self._group(obj)
+                if job:
+                    fresh.setdefault(job, {})[obj["metadata"]["name"]] = obj
         changed: list[str] = []
         with self._lock:
             # subscribed jobs too: a job with no object of this kind yet (no pod could be
@@ -182,10 +205,10 @@ class SharedWatch:
 
     def _apply(self, etype: str, obj: dict) -> None:
         meta = obj.get("metadata", {})
-        job = meta.get("labels", {}).get(self.group_label)
-        if not job:
-            return
         with self._lock:
+            job = self._group(obj)
+            if not job:
+                return
             objs = self._objects.setdefault(job, JobObjects(synced=True))
             if etype == "DELETED":
                 objs.live.pop(meta["name"], None)
@@ -275,6 +298,32 @@ class WatchRegistry:
     def watches(self) -> dict[tuple, SharedWatch]:
         with self._lock:
             return dict(self._watches)
+
+
+    def peek(self, key: tuple) -> SharedWatch | None:
+        """The watch of `key` if this process has one (a reader's cache; nothing is started)."""
+        with self._lock:
+            return self._watches.get(key)
+
+
+# A dlc-airflow job's name (naming.job_name: <base>-<10 hex>-<attempt>) at the start of an
+# object's name: the job's own objects and its children (pods, role Jobs, a RayCluster...).
+_JOB_NAME = re.compile(r"^([a-z][a-z0-9-]*?-[0-9a-f]{10}-[0-9]+)(?:-|$)")
+
+
+def event_job(event: dict, jobs: Container[str]) -> str | None:
+    """The job an Event is about: a waited job whose name starts the involved object's name,
+    else any dlc-airflow job name there (so Events from before a wait began are at hand)."""
+    name = (event.get("involvedObject") or {}).get("name") or ""
+    if name in jobs:
+        return name
+    cut = name.find("-")
+    while cut > 0:
+        if name[:cut] in jobs:
+            return name[:cut]
+        cut = name.find("-", cut + 1)
+    found = _JOB_NAME.match(name)
+    return found.group(1) if found else None
 
 
 # The process's registry (the triggerer's, or a worker's for in-process waits).

@@ -79,8 +79,13 @@ def test_one_watch_per_namespace_serves_every_waiter(cluster, namespace):
     wait_all(recorders)
     assert all(rec.states[-1] == JobState.SUCCEEDED for rec in recorders.values())
     watches = registry.watches()
-    assert len(watches) == 2  # one for Jobs, one for Pods, whatever the number of waiters
+    # one for Jobs, one for Pods, one for Events, whatever the number of waiters
+    assert sorted(key[2].kind for key in watches) == ["Event", "Job", "Pod"]
     assert all(w.stats.lists == 1 for w in watches.values())
+    # the Events of every job are at hand without a request (KubeRunner.events reads the cache)
+    events = next(w for key, w in watches.items() if key[2].kind == "Event")
+    assert all(events.cached(ref.name) is not None for ref in refs)
+    assert all(events.cached(ref.name).live for ref in refs)  # each job's pods were Scheduled at least
     for waiter in waiters:
         waiter.close()
 

@@ -23,7 +23,8 @@ with the test session's Airflow home or with each other):
 - `env` entries you pass override all of the above and go to every component and CLI call.
 
 Components: "api-server", "scheduler", "dag-processor", "triggerer" (the ones `airflow
-standalone` runs). start() starts the given ones (default: all of `components`), each in its
+standalone` runs); "scheduler:2", "triggerer:2"... are more instances of one (HA, with a
+PostgreSQL `database` - scripts/postgres-local - since SQLite allows a single scheduler). start() starts the given ones (default: all of `components`), each in its
 own process group, output in <home>/<component>.log (`log(name)` reads it). stop() ends them
 (SIGTERM, SIGKILL after a grace period) and the LocalExecutor's workers with them.
 
@@ -51,6 +52,11 @@ ALL_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
 
+def _command(component: str) -> str:
+    """The airflow command of a component ("triggerer:2" is a second triggerer)."""
+    return component.split(":", 1)[0]
+
+
 class StackError(AssertionError):
     """A component did not start, or what was waited for did not happen; carries log tails."""
 
@@ -64,11 +70,13 @@ def free_port() -> int:
 class AirflowStack:
     def __init__(self, home: str | os.PathLike, dags_folder: str | os.PathLike, *,
                  components: Iterable[str] = ("api-server", "scheduler", "dag-processor"),
-                 env: dict[str, str] | None = None, parallelism: int = 4) -> None:
+                 env: dict[str, str] | None = None, parallelism: int = 4, database: str | None = None) -> None:
+        """`database`: a PostgreSQL SQLAlchemy URL (scripts/postgres-local env), else SQLite."""
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.components = tuple(components)
-        unknown = set(self.components) - set(ALL_COMPONENTS)
+        self.database = database
+        unknown = {_command(c) for c in self.components} - set(ALL_COMPONENTS)
         if unknown:
             raise ValueError(f"unknown components {sorted(unknown)}; choose from {ALL_COMPONENTS}")
         self.port = free_port()
@@ -85,7 +93,7 @@ class AirflowStack:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
             # the CLI and the components write the same SQLite file: wait for its lock
             # (default 5 s) rather than fail with "database is locked" on a busy machine
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}?timeout=60",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database or f"sqlite:///{self.home / 'airflow.db'}?timeout=60",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
             "AIRFLOW__API__PORT": str(self.port),
@@ -100,7 +108,7 @@ class AirflowStack:
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
             **(env or {}),
         }
-        self._migrated = (self.home / "airflow.db").exists()
+        self._migrated = database is None and (self.home / "airflow.db").exists()
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self) -> AirflowStack:
@@ -120,12 +128,14 @@ class AirflowStack:
         self.migrate()
         names = names or self.components
         for name in names:
-            if name not in ALL_COMPONENTS:
+            command = _command(name)
+            if command not in ALL_COMPONENTS:
                 raise ValueError(f"unknown component {name!r}; choose from {ALL_COMPONENTS}")
             if self.running(name):
                 continue
-            log = open(self.home / f"{name}.log", "ab")
-            argv = [AIRFLOW, name] + (["--port", str(self.port), "--host", "127.0.0.1"] if name == "api-server" else [])
+            log = open(self.home / f"{name.replace(':', '-')}.log", "ab")
+            argv = [AIRFLOW, command] + (["--port", str(self.port), "--host", "127.0.0.1"]
+                                         if command == "api-server" else [])
             self.procs[name] = subprocess.Popen(argv, env=self.env, cwd=self.home, stdin=subprocess.DEVNULL,
                                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             log.close()
@@ -205,7 +215,7 @@ class AirflowStack:
         return done
 
     def log(self, name: str, tail: int | None = None) -> str:
-        path = self.home / f"{name}.log"
+        path = self.home / f"{name.replace(':', '-')}.log"
         text = path.read_text(errors="replace") if path.exists() else ""
         return "\n".join(text.splitlines()[-tail:]) if tail else text
 
@@ -225,6 +235,15 @@ class AirflowStack:
 
     # -- state (read from the SQLite metadata DB) ---------------------------------------
     def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        """Rows of a read-only query; `?` placeholders (on PostgreSQL too)."""
+        if self.database:
+            import psycopg2
+            import psycopg2.extras
+
+            url = self.database.replace("postgresql+psycopg2://", "postgresql://")
+            with psycopg2.connect(url) as db, db.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+                cur.execute(sql.replace("?", "%s"), params)
+                return [dict(row) for row in cur.fetchall()]
         db = sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True, timeout=30)
         db.row_factory = sqlite3.Row
         try:
@@ -273,7 +292,7 @@ class AirflowStack:
                 if self.query("SELECT 1 FROM serialized_dag WHERE dag_id = ?", dag_id):
                     return True
                 errors = self.query("SELECT filename, stacktrace FROM import_error")
-            except sqlite3.OperationalError:  # tables not there yet
+            except Exception:  # noqa: BLE001 - tables not there yet (sqlite3 or psycopg2 errors)
                 return False
             if errors:
                 raise StackError(f"DAG files failed to import: {errors}")

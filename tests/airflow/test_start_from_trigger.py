@@ -1,0 +1,78 @@
+"""Tasks that start in the triggerer (start_from_trigger), through the real scheduler, triggerer,
+dag-processor and api-server: the trigger submits the job, waits and ends the task - no
+worker ever runs it (the task instance is never queued for one) - and publishes the job's
+XComs (result, where it is, the extra links) when it ends; a templated spec keeps the worker
+path; a submit the admin's policy refuses fails the task at once, without retries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.airflow_stack import AirflowStack
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+
+DAG = '''
+import sys
+from datetime import datetime, timezone
+from airflow.sdk import DAG
+from dlc_airflow.operators import DLCJobOperator
+
+JOB = {{"type": "batch", "image": "local", "roles": {{"worker": 2}},
+       "command": [sys.executable, "-c", "import os; print('shard', os.environ['SHARD_INDEX'])"]}}
+with DAG("sft", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+         default_args={{"retries": 2}}) as dag:
+    DLCJobOperator(task_id="plain", backend="local", local_root={root!r}, deferrable=True, job=JOB)
+    DLCJobOperator(task_id="templated", backend="local", local_root={root!r}, deferrable=True,
+                   job={{**JOB, "env": {{"RUN": "{{{{ run_id }}}}"}}}})
+    DLCJobOperator(task_id="refused", backend="local", local_root={root!r}, deferrable=True,
+                   job={{**JOB, "storage": [{{"type": "host_path", "path": "/", "mount_path": "/host"}}]}})
+'''
+
+
+def decoded(value):
+    """An XCom value as the SQLite column holds it (JSON, of a JSON string for some writers)."""
+    while isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def test_a_plain_deferrable_task_never_reaches_a_worker(tmp_path):
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "sft.py").write_text(DAG.format(root=str(tmp_path / "jobs")))
+    with AirflowStack(tmp_path / "home", dags, env={"PYTHONPATH": str(REPO)},
+                      components=("api-server", "scheduler", "dag-processor", "triggerer")) as stack:
+        stack.wait_for_dag("sft")
+        stack.airflow("dags", "unpause", "sft")
+        stack.airflow("dags", "trigger", "sft")
+        (run,) = stack.wait_for_runs("sft", 1, states={"success", "failed"}, timeout=600)
+        tis = {r["task_id"]: r for r in stack.query(
+            "SELECT task_id, state, try_number, queued_dttm, hostname FROM task_instance WHERE dag_id = 'sft'")}
+        xcoms = {(r["task_id"], r["key"]): decoded(r["value"]) for r in stack.query(
+            "SELECT task_id, key, value FROM xcom WHERE dag_id = 'sft'")}
+        plain_log = stack.task_log("sft", run["run_id"], "plain")
+        refused_log = stack.task_log("sft", run["run_id"], "refused")
+    # started in the triggerer: never queued for a worker; the templated one was
+    assert tis["plain"]["state"] == "success" and tis["plain"]["queued_dttm"] is None, tis["plain"]
+    assert tis["templated"]["state"] == "success" and tis["templated"]["queued_dttm"] is not None
+    assert "started in the triggerer: no worker slot" in plain_log, plain_log[-3000:]
+    result = xcoms[("plain", "return_value")]
+    assert result["state"] == "SUCCEEDED" and result["roles"]["worker"]["succeeded"] == 2
+    where = xcoms[("plain", "dlc_job")]
+    assert where["name"] == result["job_name"] and where["backend"] == "local" and where["try_number"] == 1
+    assert xcoms[("plain", "_link_DLCJobReportLink")].endswith("/dlc/jobs/sft/" + run["run_id"].replace(":", "%3A")
+                                                                .replace("+", "%2B") + "/plain")
+    assert xcoms[("plain", "_link_DLCJobFolderLink")] == f"file://{tmp_path / 'jobs'}/{result['job_name']}"
+    # the policy refuses the host path: failed at once, no retry (retries=2), nothing submitted
+    assert (tis["refused"]["state"], tis["refused"]["try_number"]) == ("failed", 1), tis["refused"]
+    assert "storage[0].path: host path '/'" in refused_log, refused_log[-3000:]
+    assert not [p for p in (tmp_path / "jobs").iterdir() if p.name.startswith("refused")]
