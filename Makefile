@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS ?= constraints/constraints-py3.11.txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install install-demo cluster slurm browser lint test test-unit demo clean-cluster clean-slurm benchmarks
+.PHONY: install install-demo cluster slurm postgres browser lint test test-unit demo clean-cluster clean-slurm benchmarks
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ cluster:
 slurm:
 	scripts/slurm-local up
 
+# Debian's PostgreSQL (apt) as Airflow's metadata DB for the HA tests (2 schedulers, 2 triggerers).
+postgres:
+	scripts/postgres-local up
+
 # Debian's chromium and chromium-driver (apt), for the UI tests in a real headless browser.
 browser:
 	scripts/browser-deps
@@ -46,7 +50,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 # The test command: lint, then unit, local-backend, cluster and Airflow end-to-end tests.
-test: install-demo lint cluster slurm browser
+test: install-demo lint cluster slurm postgres browser
 	$(VENV)/bin/pytest -q -ra
 
 test-unit: install
