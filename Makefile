@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS ?= constraints/constraints-py3.11.txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install install-demo cluster slurm postgres browser lint test test-unit demo clean-cluster clean-slurm benchmarks
+.PHONY: install install-demo cluster slurm postgres browser lint test test-unit demo clean-cluster clean-slurm benchmarks soak
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +51,7 @@ lint: install
 
 # The test command: lint, then unit, local-backend, cluster and Airflow end-to-end tests.
 test: install-demo lint cluster slurm postgres browser
-	$(VENV)/bin/pytest -q -ra
+	$(VENV)/bin/pytest -q -ra --durations=40
 
 test-unit: install
 	$(VENV)/bin/pytest -q -ra tests/unit
@@ -62,6 +62,12 @@ demo: install-demo
 benchmarks: install cluster slurm
 	$(PY) benchmarks/notice_latency.py
 	$(PY) benchmarks/slurm_poller.py
+
+# The randomized fault soak through real Airflow (hours; a 20-run version is in `make test`).
+# SOAK_RUNS=200 by default; the seed is printed (SOAK_SEED=N replays one).
+SOAK_RUNS ?= 200
+soak: install cluster
+	$(PY) benchmarks/soak.py --runs $(SOAK_RUNS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 clean-cluster:
 	scripts/k8s-local down

@@ -108,7 +108,9 @@ def smtp_server(monkeypatch):
 
 @pytest.mark.airflow
 def test_the_smtp_notifier_mails_each_state_change(dag_files, tmp_path, smtp_server):
-    job = {"type": "custom", "image": "local", "roles": {"main": 1}, "command": [sys.executable, "-c", "print(1)"]}
+    # Runs 2 s so its RUNNING state is seen (a job that ends between two looks goes PENDING -> SUCCEEDED).
+    job = {"type": "custom", "image": "local", "roles": {"main": 1},
+           "command": [sys.executable, "-c", "import time; time.sleep(2); print(1)"]}
     notify = ("[SmtpNotifier(to='ml-team@example.com', subject='DLC {{ job }} {{ event }}', "
               "html_content='<p>{{ summary }}</p><a href=\"{{ link }}\">report</a>')]")
     dag = write(dag_files, tmp_path, job, True, notify,

@@ -1,0 +1,331 @@
+"""N waiting tasks through real Airflow: the scheduler, the triggerer, the dag-processor and the
+api-server (LocalExecutor, SQLite), the local control plane, side by side with the cncf
+provider's KubernetesJobOperator, one approach after the other:
+
+- `dlc-triggerer`: DLCJobOperator(deferrable=True) with a plain spec: it starts in the triggerer
+  (start_from_trigger) and never takes a worker slot;
+- `dlc-worker`: the same with a templated spec: a worker submits, then defers;
+- `cncf`: KubernetesJobOperator(deferrable=True, wait_until_job_complete=True, get_logs=True).
+
+Each approach reaches the API server through its own counting proxy. The jobs' pods are held
+running (kwok stage pod-hold) until the benchmark releases them, so the wait is steady while
+requests are counted, and the finishes come in waves (10 jobs every 0.5 s by default).
+
+Measured per approach and N: DAG run start -> task deferred (p50/p95/max), the scheduler and
+its workers' CPU seconds per task until all are deferred, API requests per waiting job-hour
+(steady window, logs on), triggerer RSS and CPU, job finished -> task ended (p50/p95/max; the
+job's finish as a direct watch saw it, the TI's end_date), and how much of that is Airflow's
+own after our trigger yielded (its log line -> end_date). And the DAG file parse time.
+
+    .venv/bin/python benchmarks/airflow_scale.py --tasks 50 200 --approaches dlc-triggerer dlc-worker cncf
+    .venv/bin/python benchmarks/airflow_scale.py --tasks 1000 --approaches dlc-triggerer
+
+Needs the local control plane (scripts/k8s-local up). Results: benchmarks/results/airflow_scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import psutil  # noqa: E402
+from notice_latency import grant_job_status, kubeconfig_for  # noqa: E402
+
+from tests.support.airflow_stack import AirflowStack  # noqa: E402
+from tests.support.cluster import acquire_cluster, create_test_namespace, delete_namespace  # noqa: E402
+
+HOLD = "pod-hold.stage.kwok.x-k8s.io"
+RELEASE = "pod-release.stage.kwok.x-k8s.io"
+
+DAG = '''
+from datetime import datetime, timezone
+from airflow.sdk import DAG
+{imports}
+
+with DAG("scale", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), max_active_tasks={n},
+         default_args={{"retries": 0}}) as dag:
+    for i in range({n}):
+{task}
+'''
+
+TASKS = {
+    "dlc-triggerer": ("from dlc_airflow.operators import DLCJobOperator", '''\
+        DLCJobOperator(task_id=f"t{{i}}", conn_id="bench", backend="native", deferrable=True, job={{
+            "type": "batch", "image": "registry.local/prep:1", "command": ["prep"],
+            "labels": {{"{hold}": "true"}}}})'''),
+    "dlc-worker": ("from dlc_airflow.operators import DLCJobOperator", '''\
+        DLCJobOperator(task_id=f"t{{i}}", conn_id="bench", backend="native", deferrable=True, job={{
+            "type": "batch", "image": "registry.local/prep:1", "command": ["prep"],
+            "labels": {{"{hold}": "true"}}, "env": {{"RUN": "{{{{ run_id }}}}"}}}})'''),
+    "cncf": ("from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator", '''\
+        KubernetesJobOperator(task_id=f"t{{i}}", kubernetes_conn_id="bench", namespace="{namespace}",
+                              image="registry.local/prep:1", cmds=["prep"], labels={{"{hold}": "true"}},
+                              deferrable=True, wait_until_job_complete=True, get_logs=True,
+                              job_poll_interval=10)'''),
+}
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "max": None, "n": 0}
+    ordered = sorted(values)
+    return {"p50": round(statistics.median(ordered), 3), "p95": round(ordered[max(0, int(len(ordered) * 0.95) - 1)], 3),
+            "max": round(ordered[-1], 3), "n": len(ordered)}
+
+
+def tree_cpu(pid: int, descendants_only: bool = False) -> float:
+    """CPU seconds of a process and its live descendants (and of the children they reaped)."""
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + ([] if descendants_only else [root])
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def tree_rss(pid: int) -> float:
+    try:
+        root = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
+class Finishes(threading.Thread):
+    """When each Job finished, from a direct watch (wall clock, as the DB's end_date)."""
+
+    def __init__(self, admin, namespace: str):
+        super().__init__(daemon=True)
+        self.admin, self.namespace = admin, namespace
+        self.done: dict[str, float] = {}
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        from dlc_airflow.k8s.kinds import JOB
+
+        _, rv = self.admin.list(JOB, self.namespace)
+        while not self._stop.is_set():
+            try:
+                for _, obj in self.admin.watch(JOB, self.namespace, resource_version=rv, timeout_seconds=30):
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    conds = (obj.get("status") or {}).get("conditions") or []
+                    if any(c["type"] in ("SuccessCriteriaMet", "Complete") and c["status"] == "True" for c in conds):
+                        self.done.setdefault(obj["metadata"]["name"], time.time())
+            except Exception:  # noqa: BLE001 - reconnect
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def parse_time(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float) -> dict:
+    from dlc_airflow.k8s.kinds import POD
+
+    admin = cluster.admin()
+    namespace = create_test_namespace(admin, prefix="scale")
+    grant_job_status(admin, namespace)
+    tmp = Path(tempfile.mkdtemp(prefix=f"dlc-scale-{approach}-"))
+    dags = tmp / "dags"
+    dags.mkdir()
+    imports, task = TASKS[approach]
+    (dags / "scale.py").write_text(DAG.format(imports=imports, n=n, task=task.format(hold=HOLD, namespace=namespace)))
+    proxy = cluster.fault_proxy()
+    proxy.__enter__()
+    kubeconfig = kubeconfig_for(cluster, namespace, proxy, tmp / "kubeconfig.json")
+    env = {
+        "AIRFLOW_CONN_BENCH": json.dumps({"conn_type": "kubernetes", "extra": {
+            "kube_config_path": str(kubeconfig), "namespace": namespace}}),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(n + 10),
+        "AIRFLOW__TRIGGERER__CAPACITY": str(n + 100),
+        "AIRFLOW__TRIGGERER__MAX_TRIGGER_TO_SELECT_PER_LOOP": "1000",
+        "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": "1000",
+        "PYTHONPATH": str(REPO),
+    }
+    finishes = Finishes(admin, namespace)
+    finishes.start()
+    result: dict = {"approach": approach, "tasks": n}
+    try:
+        with AirflowStack(tmp / "home", dags, env=env, parallelism=16,
+                          components=("api-server", "scheduler", "dag-processor", "triggerer")) as stack:
+            stack.wait_for_dag("scale", timeout=600)
+            stack.airflow("dags", "unpause", "scale")
+            cpu0 = {c: tree_cpu(stack.pid(c)) for c in ("scheduler", "triggerer")}
+            workers0 = tree_cpu(stack.pid("scheduler"), descendants_only=True)
+            stack.airflow("dags", "trigger", "scale")
+            (run,) = stack._wait(lambda: stack.dag_runs("scale") or None, 120, "the run")
+            deferred_at: dict[str, float] = {}
+
+            def all_deferred():
+                rows = stack.query("SELECT ti.task_id, t.created_date FROM task_instance ti JOIN trigger t "
+                                   "ON ti.trigger_id = t.id WHERE ti.dag_id = 'scale'")
+                for r in rows:
+                    deferred_at.setdefault(r["task_id"], parse_time(r["created_date"]))
+                bad = stack.query("SELECT task_id, state FROM task_instance WHERE dag_id='scale' "
+                                  "AND state IN ('failed', 'upstream_failed')")
+                if bad:
+                    raise AssertionError(f"tasks failed before waiting: {bad[:5]}")
+                return len(deferred_at) >= n or None
+            stack._wait(all_deferred, 3600, f"{n} tasks deferred", poll=1.0)
+            started = parse_time(stack.query("SELECT start_date FROM dag_run WHERE dag_id='scale'")[0]["start_date"])
+            result["run_start_to_deferred_s"] = percentiles([t - started for t in deferred_at.values()])
+            # where that goes: waiting for a worker slot (queued -> start) vs the task's own start (start -> deferred)
+            tis = stack.query("SELECT task_id, queued_dttm, start_date FROM task_instance WHERE dag_id='scale'")
+            result["queued_to_started_s"] = percentiles([parse_time(r["start_date"]) - parse_time(r["queued_dttm"])
+                                                         for r in tis if r["queued_dttm"] and r["start_date"]])
+            result["started_to_deferred_s"] = percentiles([deferred_at[r["task_id"]] - parse_time(r["start_date"])
+                                                           for r in tis if r["queued_dttm"] and r["start_date"]
+                                                           and r["task_id"] in deferred_at])
+            result["scheduler_and_workers_cpu_s_per_task"] = round(
+                (tree_cpu(stack.pid("scheduler")) - cpu0["scheduler"]) / n, 3)
+            result["workers_cpu_s_per_task"] = round(
+                (tree_cpu(stack.pid("scheduler"), descendants_only=True) - workers0) / n, 3)
+            # every pod running (held): then the steady wait
+            stack._wait(lambda: len([p for p in admin.list(POD, namespace)[0]
+                                     if (p.get("status") or {}).get("phase") == "Running"]) >= n or None,
+                        600, f"{n} pods running")
+            time.sleep(5)
+            count0, trig0, t0 = proxy.requests, tree_cpu(stack.pid("triggerer")), time.monotonic()
+            time.sleep(steady)
+            window = time.monotonic() - t0
+            result["requests_per_waiting_job_hour"] = round((proxy.requests - count0) / n / (window / 3600), 2)
+            result["steady_window_s"] = round(window, 1)
+            result["triggerer_cpu_s_per_waiting_job_hour"] = round(
+                (tree_cpu(stack.pid("triggerer")) - trig0) / n / (window / 3600), 3)
+            result["triggerer_rss_mib"] = round(tree_rss(stack.pid("triggerer")), 1)
+            # release the pods in waves; each job's finish as the direct watch sees it
+            pods = sorted(admin.list(POD, namespace)[0], key=lambda p: p["metadata"]["name"])
+            for i in range(0, len(pods), wave):
+                for pod in pods[i:i + wave]:
+                    admin.patch(POD, pod["metadata"]["name"], {"metadata": {"labels": {RELEASE: "true"}}},
+                                namespace=namespace)
+                time.sleep(gap)
+            stack._wait(lambda: len(stack.query("SELECT 1 FROM task_instance WHERE dag_id='scale' AND state IN "
+                                                "('success','failed')")) >= n or None, 1800, "every task to end")
+            ended = {r["task_id"]: parse_time(r["end_date"]) for r in stack.query(
+                "SELECT task_id, end_date, state FROM task_instance WHERE dag_id='scale'")}
+            result["tasks_failed"] = len(stack.query("SELECT 1 FROM task_instance WHERE dag_id='scale' "
+                                                     "AND state != 'success'"))
+            latencies, airflow_part = [], []
+            yielded = yield_times(stack.home, approach)
+            for job, done in finishes.done.items():
+                task = job_task(job, approach)
+                if task in ended and ended[task]:
+                    latencies.append(ended[task] - done)
+                    if task in yielded:
+                        airflow_part.append(ended[task] - yielded[task])
+            result["finish_to_ended_s"] = percentiles(latencies)
+            result["of_which_airflow_after_yield_s"] = percentiles(airflow_part)
+            result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    finally:
+        finishes.stop()
+        proxy.__exit__(None, None, None)
+        delete_namespace(admin, namespace)
+    return result
+
+
+def job_task(job: str, approach: str) -> str:
+    """The task id t<i> of a job: ours are named <task>-<hash>-<attempt>; the provider's
+    job-<task>-<random> (or <task>-<random>)."""
+    match = re.match(r"^(?:job-)?(t\d+)-", job)
+    return match.group(1) if match else job
+
+
+def yield_times(home: Path, approach: str) -> dict[str, float]:
+    """When our trigger finished its wrap-up (its 'succeeded' line in the task's log)."""
+    if not approach.startswith("dlc"):
+        return {}
+    found: dict[str, float] = {}
+    for path in (home / "logs").glob("dag_id=scale/*/task_id=*/attempt=*.log"):
+        task = path.parent.name.removeprefix("task_id=")
+        for line in path.read_text(errors="replace").splitlines():
+            if " succeeded (queued " in line:
+                try:
+                    found[task] = parse_time(json.loads(line)["timestamp"])
+                except (ValueError, KeyError):
+                    pass
+    return found
+
+
+def parse_cost() -> dict:
+    """Seconds to import a DAG file of 50 tasks (min of 5), beside an EmptyOperator DAG's."""
+    files = {
+        "EmptyOperator": ("from airflow.providers.standard.operators.empty import EmptyOperator",
+                          "EmptyOperator(task_id=f't{i}')"),
+        "dlc-airflow": ("from dlc_airflow.operators import DLCJobOperator",
+                        "DLCJobOperator(task_id=f't{i}', backend='native', deferrable=True, "
+                        "job={'type': 'batch', 'image': 'r/p:1', 'command': ['p']})"),
+        "cncf": ("from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator",
+                 "KubernetesJobOperator(task_id=f't{i}', image='r/p:1', cmds=['p'], deferrable=True)"),
+    }
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (imp, task) in files.items():
+            path = Path(tmp) / f"{name.replace('-', '_')}.py"
+            path.write_text(f"from datetime import datetime\nfrom airflow.sdk import DAG\n{imp}\n"
+                            f"with DAG('p', schedule=None, start_date=datetime(2026, 1, 1)):\n"
+                            f"    for i in range(50):\n        {task}\n")
+            times = []
+            for _ in range(5):
+                began = time.monotonic()
+                subprocess.run([sys.executable, str(path)], check=True, capture_output=True)
+                times.append(time.monotonic() - began)
+            out[name] = round(min(times), 3)
+    return {"seconds": out, "over_empty": {k: round(v - out["EmptyOperator"], 3) for k, v in out.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, nargs="+", default=[50, 200])
+    parser.add_argument("--approaches", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--steady", type=float, default=120.0, help="seconds of steady waiting counted")
+    parser.add_argument("--wave", type=int, default=10, help="jobs released at once")
+    parser.add_argument("--gap", type=float, default=0.5, help="seconds between waves")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "airflow_scale.json"))
+    args = parser.parse_args()
+    cluster = acquire_cluster(in_ci=False)
+    out = Path(args.out)
+    report = json.loads(out.read_text()) if out.exists() else {}
+    report["parse"] = parse_cost()
+    print(json.dumps(report["parse"]), flush=True)
+    for n in args.tasks:
+        for approach in args.approaches:
+            began = time.monotonic()
+            result = measure(cluster, approach, n, args.steady, args.wave, args.gap)
+            result["wall_s"] = round(time.monotonic() - began, 1)
+            report.setdefault("runs", {})[f"{approach}/{n}"] = result
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(report, indent=2))
+            print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
