@@ -27,7 +27,7 @@ $(VENV)/.installed-demo: $(VENV)/.installed
 
 install-demo: $(VENV)/.installed-demo
 
-# Build (first time: ~20 min on 2 cores) and start the local Kubernetes control plane.
+# Build (first time: ~15 min on 2 cores) and start the local Kubernetes control plane.
 cluster:
 	scripts/k8s-local up
 

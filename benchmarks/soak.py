@@ -1,11 +1,12 @@
 """A randomized fault soak through real Airflow (scheduler, triggerer, dag-processor, api-server;
 LocalExecutor, SQLite) on the local control plane, with a printed seed:
 
-every run (5 side by side) triggers a DAG of three DLC tasks - sync on a worker, deferred from a worker, started in
-the triggerer - whose jobs succeed, fail with a retryable or a fatal exit code, or get a pod
-preempted, while faults strike at random: SIGKILL of a task's process (mid-submit or
-mid-wait), of the triggerer, of the scheduler; an API server restart; 10-30% of the API
-requests answered 429/500/503 or dropped. Then it checks, per task instance:
+every run (in batches side by side, 5 by default; faults strike each batch) triggers a DAG of
+three DLC tasks - sync on a worker, deferred from a worker, started in the triggerer - whose
+jobs succeed, fail with a retryable or a fatal exit code, or get a pod preempted, while faults
+strike at random: SIGKILL of a task's process (mid-submit or mid-wait), of the triggerer, of
+the scheduler; an API server restart; 10-30% of the API requests answered 429/500/503 or
+dropped. Then it checks, per task instance:
 
 - the final state is the one its job's scenario calls for;
 - no duplicate job: never two attempts of one task instance alive at once (a direct watch
@@ -180,7 +181,7 @@ class Soak:
             tasks, expected = {}, {}
             for t in range(3):
                 scenario, mode = rng.choice(list(SCENARIOS)), rng.choice(MODES)
-                tasks[f"t{t}_{scenario}_{mode}"] = (mode, job_spec(scenario, mode, rng.uniform(6, 14)))
+                tasks[f"t{t}_{scenario}_{mode}"] = (mode, job_spec(scenario, mode, rng.uniform(4, 9)))
                 expected[f"t{t}_{scenario}_{mode}"] = SCENARIOS[scenario][1]
             dag_id = f"soak_{index}"
             (self.dags / f"{dag_id}.py").write_text(DAG.format(dag_id=dag_id, tasks=tasks))
