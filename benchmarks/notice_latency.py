@@ -103,12 +103,13 @@ async def run_cncf(refs, conn_id, namespace, poll, seen: dict):
     await asyncio.gather(*(one(r) for r in refs))
 
 
-def grant_job_status(admin, namespace: str) -> None:
-    """The cncf trigger reads jobs/status, which dlc-airflow's Role does not need."""
+def grant_job_status(admin, namespace: str, extra_rules: tuple[dict, ...] = ()) -> None:
+    """The cncf trigger reads jobs/status, which dlc-airflow's Role does not need (its operator
+    also deletes the job's pods: extra_rules)."""
     rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/" + namespace
     admin.request("POST", rbac + "/roles", body={
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "job-status"},
-        "rules": [{"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]}]})
+        "rules": [{"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]}, *extra_rules]})
     admin.request("POST", rbac + "/rolebindings", body={
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "job-status"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "job-status"},

@@ -73,7 +73,7 @@ class DLCJobOperator(BaseOperator):
                  queue_timeout: int | float | timedelta | str | None = None,
                  timeout: int | float | timedelta | str | None = None, on_finish: str | OnFinish = OnFinish.KEEP,
                  reuse_succeeded: bool = True, local_root: str | None = None,
-                 notify: Sequence[Any] | None = None, **kwargs: Any) -> None:
+                 notify: Sequence[Any] | None = None, start_in_triggerer: bool = True, **kwargs: Any) -> None:
         from dlc_airflow import arguments as arg
 
         super().__init__(**kwargs)
@@ -92,6 +92,7 @@ class DLCJobOperator(BaseOperator):
         self.reuse_succeeded = arg.flag(reuse_succeeded, "reuse_succeeded", tid)
         self.local_root = arg.local_root(local_root, tid)
         self.notify = _carry_notifiers(notify, tid)
+        self.start_in_triggerer = arg.flag(start_in_triggerer, "start_in_triggerer", tid)
         _check_consistent(self, explicit_deferrable)
         spec = _load(job, self)
         self.job = spec.to_dict()
@@ -114,12 +115,15 @@ class DLCJobOperator(BaseOperator):
         deferrable task that waits for its job, whose spec has no Jinja template (the triggerer
         renders with a plain Jinja, without the DAG's macros), no outlets and no OpenLineage
         (Airflow emits both only on workers). Mapped tasks never do (Airflow sets it per class
-        for them). dag.test ignores it: it runs `execute`."""
+        for them), nor a task with start_in_triggerer=False (Airflow 3.3 sends the whole
+        serialized DAG with each such trigger: hundreds in one DAG swamp the triggerer).
+        dag.test ignores it: it runs `execute`."""
         from airflow.triggers.base import StartTriggerArgs
 
         from dlc_airflow.airflow.lineage import lineage_listener_on
 
-        if not (self.deferrable and self.wait_for_completion) or self.outlets or lineage_listener_on():
+        if not (self.deferrable and self.wait_for_completion and self.start_in_triggerer) or self.outlets \
+                or lineage_listener_on():
             return
         if _templated(self.job) or _templated(self.namespace):
             return

@@ -45,6 +45,20 @@ def decoded(value):
     return value
 
 
+@pytest.mark.parametrize(("kwargs", "starts_in_triggerer"), [
+    ({"deferrable": True}, True),
+    ({"deferrable": True, "start_in_triggerer": False}, False),  # e.g. hundreds of them in one DAG
+    ({"deferrable": True, "job": {"env": {"RUN": "{{ run_id }}"}}}, False),  # templated: a worker renders
+    ({"deferrable": False}, False),
+])
+def test_which_tasks_start_in_the_triggerer(kwargs, starts_in_triggerer):
+    from dlc_airflow.operators import DLCJobOperator
+
+    job = {"type": "batch", "image": "local", "command": ["true"], **kwargs.pop("job", {})}
+    op = DLCJobOperator(task_id="t", backend="local", job=job, **kwargs)
+    assert bool(op.start_from_trigger) is starts_in_triggerer
+
+
 def test_a_plain_deferrable_task_never_reaches_a_worker(tmp_path):
     dags = tmp_path / "dags"
     dags.mkdir()

@@ -359,6 +359,7 @@ OPERATOR = {
     "timeout=nan": ({"timeout": math.nan}, ["timeout", "not a duration"]),
     "deferrable='no'": ({"deferrable": "no"}, ["train: deferrable must be True or False", "'no'"]),
     "deferrable=1": ({"deferrable": 1}, ["deferrable must be True or False", "1"]),
+    "start_in_triggerer='no'": ({"start_in_triggerer": "no"}, ["start_in_triggerer", "True or False", "'no'"]),
     "wait_for_completion='false'": ({"wait_for_completion": "false"}, ["wait_for_completion", "True or False"]),
     "stream_logs=0": ({"stream_logs": 0}, ["stream_logs", "True or False"]),
     "reuse_succeeded='yes'": ({"reuse_succeeded": "yes"}, ["reuse_succeeded", "True or False"]),
