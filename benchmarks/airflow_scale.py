@@ -61,9 +61,11 @@ from datetime import datetime, timezone
 from airflow.sdk import DAG
 {imports}
 
-with DAG("scale", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), max_active_tasks={n},
-         default_args={{"retries": 0}}) as dag:
-    for i in range({n}):
+PER = {per}
+for d in range({n} // PER):
+  with DAG(f"scale_{{d}}", schedule={schedule}, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+           max_active_tasks=PER, default_args={{"retries": 0}}) as dag:
+    for i in range(d * PER, (d + 1) * PER):
 {task}
 '''
 
@@ -152,7 +154,9 @@ def parse_time(value) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
-def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float) -> dict:
+def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float, per_dag: int = 0) -> dict:
+    """per_dag: tasks per DAG (0: one DAG of n tasks, triggered by hand; else DAGs that run at
+    once when parsed, as many as n needs)."""
     from dlc_airflow.k8s.kinds import POD
 
     admin = cluster.admin()
@@ -165,7 +169,9 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
     dags = tmp / "dags"
     dags.mkdir()
     imports, task = TASKS[approach]
-    (dags / "scale.py").write_text(DAG.format(imports=imports, n=n, task=task.format(hold=HOLD, namespace=namespace)))
+    per = per_dag or n
+    (dags / "scale.py").write_text(DAG.format(imports=imports, n=n, per=per, schedule='"@once"' if per_dag else None,
+                                              task=task.format(hold=HOLD, namespace=namespace)))
     proxy = cluster.fault_proxy()
     proxy.__enter__()
     kubeconfig = kubeconfig_for(cluster, namespace, proxy, tmp / "kubeconfig.json")
@@ -177,6 +183,7 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
         "AIRFLOW__TRIGGERER__MAX_TRIGGER_TO_SELECT_PER_LOOP": "1000",
         "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": "1000",
         "PYTHONPATH": str(REPO),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False" if per_dag else "True",
     }
     finishes = Finishes(admin, namespace)
     finishes.start()
@@ -184,29 +191,30 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
     try:
         with AirflowStack(tmp / "home", dags, env=env, parallelism=16,
                           components=("api-server", "scheduler", "dag-processor", "triggerer")) as stack:
-            stack.wait_for_dag("scale", timeout=600)
-            stack.airflow("dags", "unpause", "scale")
             cpu0 = {c: tree_cpu(stack.pid(c)) for c in ("scheduler", "triggerer")}
             workers0 = tree_cpu(stack.pid("scheduler"), descendants_only=True)
-            stack.airflow("dags", "trigger", "scale")
-            (run,) = stack._wait(lambda: stack.dag_runs("scale") or None, 120, "the run")
+            if not per_dag:
+                stack.wait_for_dag("scale_0", timeout=600)
+                stack.airflow("dags", "unpause", "scale_0")
+                stack.airflow("dags", "trigger", "scale_0")
             deferred_at: dict[str, float] = {}
 
             def all_deferred():
                 rows = stack.query("SELECT ti.task_id, t.created_date FROM task_instance ti JOIN trigger t "
-                                   "ON ti.trigger_id = t.id WHERE ti.dag_id = 'scale'")
+                                   "ON ti.trigger_id = t.id WHERE ti.dag_id LIKE 'scale%'")
                 for r in rows:
                     deferred_at.setdefault(r["task_id"], parse_time(r["created_date"]))
-                bad = stack.query("SELECT task_id, state FROM task_instance WHERE dag_id='scale' "
+                bad = stack.query("SELECT task_id, state FROM task_instance WHERE dag_id LIKE 'scale%' "
                                   "AND state IN ('failed', 'upstream_failed')")
                 if bad:
                     raise AssertionError(f"tasks failed before waiting: {bad[:5]}")
                 return len(deferred_at) >= n or None
             stack._wait(all_deferred, 3600, f"{n} tasks deferred", poll=1.0)
-            started = parse_time(stack.query("SELECT start_date FROM dag_run WHERE dag_id='scale'")[0]["start_date"])
+            started = min(parse_time(r["start_date"]) for r in stack.query(
+                "SELECT start_date FROM dag_run WHERE dag_id LIKE 'scale%'"))
             result["run_start_to_deferred_s"] = percentiles([t - started for t in deferred_at.values()])
             # where that goes: waiting for a worker slot (queued -> start) vs the task's own start (start -> deferred)
-            tis = stack.query("SELECT task_id, queued_dttm, start_date FROM task_instance WHERE dag_id='scale'")
+            tis = stack.query("SELECT task_id, queued_dttm, start_date FROM task_instance WHERE dag_id LIKE 'scale%'")
             result["queued_to_started_s"] = percentiles([parse_time(r["start_date"]) - parse_time(r["queued_dttm"])
                                                          for r in tis if r["queued_dttm"] and r["start_date"]])
             result["started_to_deferred_s"] = percentiles([deferred_at[r["task_id"]] - parse_time(r["start_date"])
@@ -236,11 +244,11 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
                     admin.patch(POD, pod["metadata"]["name"], {"metadata": {"labels": {RELEASE: "true"}}},
                                 namespace=namespace)
                 time.sleep(gap)
-            stack._wait(lambda: len(stack.query("SELECT 1 FROM task_instance WHERE dag_id='scale' AND state IN "
+            stack._wait(lambda: len(stack.query("SELECT 1 FROM task_instance WHERE dag_id LIKE 'scale%' AND state IN "
                                                 "('success','failed')")) >= n or None, 1800, "every task to end")
             ended = {r["task_id"]: parse_time(r["end_date"]) for r in stack.query(
-                "SELECT task_id, end_date, state FROM task_instance WHERE dag_id='scale'")}
-            result["tasks_failed"] = len(stack.query("SELECT 1 FROM task_instance WHERE dag_id='scale' "
+                "SELECT task_id, end_date, state FROM task_instance WHERE dag_id LIKE 'scale%'")}
+            result["tasks_failed"] = len(stack.query("SELECT 1 FROM task_instance WHERE dag_id LIKE 'scale%' "
                                                      "AND state != 'success'"))
             latencies, airflow_part = [], []
             yielded = yield_times(stack.home, approach)
@@ -273,7 +281,7 @@ def yield_times(home: Path, approach: str) -> dict[str, float]:
     if not approach.startswith("dlc"):
         return {}
     found: dict[str, float] = {}
-    for path in (home / "logs").glob("dag_id=scale/*/task_id=*/attempt=*.log"):
+    for path in (home / "logs").glob("dag_id=scale_*/*/task_id=*/attempt=*.log"):
         task = path.parent.name.removeprefix("task_id=")
         for line in path.read_text(errors="replace").splitlines():
             if " succeeded (queued " in line:
@@ -318,6 +326,7 @@ def main() -> None:
     parser.add_argument("--steady", type=float, default=120.0, help="seconds of steady waiting counted")
     parser.add_argument("--wave", type=int, default=10, help="jobs released at once")
     parser.add_argument("--gap", type=float, default=0.5, help="seconds between waves")
+    parser.add_argument("--per-dag", type=int, default=0, help="tasks per DAG (0: all in one DAG)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "airflow_scale.json"))
     args = parser.parse_args()
     cluster = acquire_cluster(in_ci=False)
@@ -328,9 +337,10 @@ def main() -> None:
     for n in args.tasks:
         for approach in args.approaches:
             began = time.monotonic()
-            result = measure(cluster, approach, n, args.steady, args.wave, args.gap)
+            result = measure(cluster, approach, n, args.steady, args.wave, args.gap, args.per_dag)
             result["wall_s"] = round(time.monotonic() - began, 1)
-            report.setdefault("runs", {})[f"{approach}/{n}"] = result
+            key = f"{approach}/{n}" + (f" in DAGs of {args.per_dag}" if args.per_dag else "")
+            report.setdefault("runs", {})[key] = result
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=2))
             print(json.dumps(result), flush=True)

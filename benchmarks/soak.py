@@ -349,9 +349,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    parser.add_argument("--side-by-side", type=int, default=5, help="runs at once (faults strike each batch)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak.json"))
     args = parser.parse_args()
-    report = soak(args.runs, args.seed, Path(args.out))
+    report = soak(args.runs, args.seed, Path(args.out), side_by_side=args.side_by_side)
     print(json.dumps({k: v for k, v in report.items() if k != "results"}, indent=2))
     bad = report["wrong_final_state"] + report["duplicate"] + report["orphan"] + report["lost finish"]
     sys.exit(1 if bad else 0)
