@@ -33,9 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +42,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import psutil  # noqa: E402
 from notice_latency import grant_job_status, kubeconfig_for  # noqa: E402
+from soak import Jobs  # noqa: E402
+from soak import datetime_ts as parse_time  # noqa: E402
 
 from tests.support.airflow_stack import AirflowStack  # noqa: E402
 from tests.support.cluster import (  # noqa: E402
@@ -119,41 +119,6 @@ def tree_rss(pid: int) -> float:
         return 0.0
 
 
-class Finishes(threading.Thread):
-    """When each Job finished, from a direct watch (wall clock, as the DB's end_date)."""
-
-    def __init__(self, admin, namespace: str):
-        super().__init__(daemon=True)
-        self.admin, self.namespace = admin, namespace
-        self.done: dict[str, float] = {}
-        self._stop = threading.Event()
-
-    def run(self) -> None:
-        from dlc_airflow.k8s.kinds import JOB
-
-        _, rv = self.admin.list(JOB, self.namespace)
-        while not self._stop.is_set():
-            try:
-                for _, obj in self.admin.watch(JOB, self.namespace, resource_version=rv, timeout_seconds=30):
-                    rv = obj["metadata"].get("resourceVersion", rv)
-                    conds = (obj.get("status") or {}).get("conditions") or []
-                    if any(c["type"] in ("SuccessCriteriaMet", "Complete") and c["status"] == "True" for c in conds):
-                        self.done.setdefault(obj["metadata"]["name"], time.time())
-            except Exception:  # noqa: BLE001 - reconnect
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-def parse_time(value) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-
-
 def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float, per_dag: int = 0) -> dict:
     """per_dag: tasks per DAG (0: one DAG of n tasks, triggered by hand; else DAGs that run at
     once when parsed, as many as n needs)."""
@@ -185,7 +150,7 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
         "PYTHONPATH": str(REPO),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False" if per_dag else "True",
     }
-    finishes = Finishes(admin, namespace)
+    finishes = Jobs(admin, namespace)  # when each Job finished, as a direct watch saw it
     finishes.start()
     result: dict = {"approach": approach, "tasks": n}
     try:
@@ -252,7 +217,8 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
                                                      "AND state != 'success'"))
             latencies, airflow_part = [], []
             yielded = yield_times(stack.home, approach)
-            for job, done in finishes.done.items():
+            done_at = {name: seen["finished"] for name, seen in finishes.seen.items() if seen["finished"]}
+            for job, done in done_at.items():
                 task = job_task(job, approach)
                 if task in ended and ended[task]:
                     latencies.append(ended[task] - done)

@@ -318,11 +318,12 @@ def datetime_ts(value) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
-def soak(runs: int, seed: int, out: Path | None = None, side_by_side: int = 5) -> dict:
+def soak(runs: int, seed: int, out: Path | None = None, side_by_side: int = 5, cluster=None) -> dict:
+    """`cluster`: the tests' cluster fixture (it fails in CI when the control plane is missing)."""
     from tests.support.cluster import acquire_cluster
 
     print(f"soak: seed {seed}, {runs} runs", flush=True)
-    cluster = acquire_cluster(in_ci=os.environ.get("CI") == "true")
+    cluster = cluster or acquire_cluster(in_ci=os.environ.get("CI") == "true")
     with tempfile.TemporaryDirectory(prefix="dlc-soak-") as tmp:
         s = Soak(cluster, seed, Path(tmp))
         results: list[dict] = []

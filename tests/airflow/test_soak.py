@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 def test_twenty_runs_under_random_faults(cluster, controllers):
     seed = int(os.environ.get("DLC_SOAK_SEED") or time.time()) % 100000
-    report = soak(20, seed, side_by_side=10)
+    report = soak(20, seed, side_by_side=10, cluster=cluster)
     summary = {k: report[k] for k in ("seed", "runs", "tasks", "wrong_final_state", "duplicate", "orphan",
                                       "lost finish", "faults")}
     problems = [p for r in report["results"] for p in r["problems"]]
