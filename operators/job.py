@@ -107,6 +107,7 @@ class DLCJobOperator(BaseOperator):
         # in a forked process, where the task's channel to Airflow is not to be used)
         self._result: dict | None = None
         self._conn = conn_id or "kubernetes_default"  # the connection execute() chose
+        self._extras: dict | None = None  # its extras (None on the local backend), read once
 
     # -- start_from_trigger --------------------------------------------------------------
     def _start_in_triggerer_if_it_can(self, spec: DLCJob) -> None:
@@ -150,7 +151,7 @@ class DLCJobOperator(BaseOperator):
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
         from dlc_airflow.airflow.policy_source import load_policy
-        from dlc_airflow.airflow.runners import choose_backend, make_runner
+        from dlc_airflow.airflow.runners import choose_backend, connection_extras, make_runner, read_connection
         from dlc_airflow.policy import enforce
         from dlc_airflow.submission import Action
 
@@ -162,10 +163,14 @@ class DLCJobOperator(BaseOperator):
             backend, self._conn, why = choose_backend(self.backend, self.conn_id)
             self.log.info("DLC %s job on the %s backend (%s; %d replicas: %s)", job.type.value, backend, why,
                           job.total_replicas(), ", ".join(f"{r}={v.replicas}" for r, v in job.roles.items()))
+            # the connection, read once: every round trip here is a task's time before it defers
+            connection = None if backend == "local" else read_connection(self._conn)
+            self._extras = None if backend == "local" else connection_extras(self._conn, connection)
             # the admin's policy, before anything is created (the local backend's too)
-            policy, source = load_policy(None if backend == "local" else self._conn)
+            policy, source = load_policy(None if backend == "local" else self._conn, connection)
             enforce(policy, job, source)
-            self._runner = runner = make_runner(backend, self._conn, self.namespace, local_root=self.local_root)
+            self._runner = runner = make_runner(backend, self._conn, self.namespace, extras=self._extras,
+                                                local_root=self.local_root, connection=connection)
             self._mask_secrets(job, runner)
             submission = self._submit_or_adopt(runner, job, identity, store)
         if submission.action is Action.RECORDED:
@@ -189,12 +194,10 @@ class DLCJobOperator(BaseOperator):
         links' URLs, as soon as the job exists."""
         from dlc_airflow.airflow.links import push_links
         from dlc_airflow.airflow.notify import Notifications
-        from dlc_airflow.airflow.runners import connection_extras
 
-        extras = None if ref.backend == "local" else connection_extras(self._conn)
         ti.xcom_push(key=XCOM_REF, value={**ref.to_dict(), "conn_id": self._conn, "local_root": self.local_root,
                                           "try_number": ti.try_number})
-        urls = push_links(ti, ref, extras)
+        urls = push_links(ti, ref, self._extras)
         where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index,
                  "try_number": ti.try_number, "job": ref.name, "backend": ref.backend, "namespace": ref.namespace,
                  "link": urls.get("DLC job report", "")}

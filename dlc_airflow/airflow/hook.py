@@ -1,81 +1,24 @@
-"""DLCHook: Kubernetes access for DLC jobs, on the cncf.kubernetes connection.
+"""DLCHook: Kubernetes access for DLC jobs as an Airflow hook, on the cncf.kubernetes connection.
 
 It is the cncf.kubernetes KubernetesHook (same connection: in-cluster, kubeconfig path or
 content, context, namespace, disable SSL / TCP keepalive; `kubernetes_default` works
-unchanged) plus:
-- a namespace allow-list (connection extra `dlc_namespaces`, comma-separated, or the
-  `allowed_namespaces` argument): a job may only go to those namespaces;
-- our small client (dlc_airflow.k8s.client.KubeClient) over the connection's ApiClient,
-  built on a configuration of its own (never the process-global default);
-- extras given to the constructor (the trigger reads the connection asynchronously and
-  passes them in), so nothing here fetches the connection again;
-- configuration problems as one-line KubeConfigError naming the connection and what to set.
-
-The connection is read through the provider's public surface only (`get_connection`, the
-`conn_extras` attribute it reads extras through, the connection form): fields are looked up
-here, plain or with the pre-2.3 `extra__kubernetes__` prefix, as the provider does.
+unchanged) plus a namespace allow-list (connection extra `dlc_namespaces`, comma-separated,
+or the `allowed_namespaces` argument) and our small client (`get_client`). The connection's
+reading lives in dlc_airflow.airflow.kubeconn.KubeConnection, which tasks and triggers use
+directly; this class adds what only a hook has: the connection form, the Test button, and
+the provider's own methods on the same settings.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import socket
-from dataclasses import dataclass
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-from dlc_airflow.k8s.client import (
-    KubeClient,
-    KubeConfigError,
-    config_error,
-    kubeconfig_namespace,
-    kubeconfig_paths,
-)
+from dlc_airflow.airflow.kubeconn import ConfigSource, KubeConnection, NamespaceNotAllowed
+from dlc_airflow.k8s.client import KubeClient
 
-#: prefixes of extras saved by Airflow < 2.3 (the provider's own, and ours by our conn type)
-EXTRA_PREFIXES = ("extra__kubernetes__", "extra__dlc_kubernetes__")
-IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-
-class NamespaceNotAllowed(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class ConfigSource:
-    """Where the connection's Kubernetes configuration comes from (one of them, never two)."""
-
-    kind: str  # "in_cluster", "kube_config_path", "kube_config", "config_dict" or "default"
-    path: str | None = None
-    content: dict | None = None
-    context: str | None = None
-
-
-def extra_field(extras: dict, name: str) -> Any:
-    """A connection extra by its plain name, else its prefixed pre-2.3 name; empty -> None
-    (what the provider's connection form stores for an empty field)."""
-    if name in extras:
-        return extras[name] if extras[name] not in ("", None) else None
-    for prefix in EXTRA_PREFIXES:
-        value = extras.get(prefix + name)
-        if value not in ("", None):
-            return value
-    return None
-
-
-def as_bool(value: Any) -> bool | None:
-    """True/False from a bool or "true"/"false" (any case); None when it says neither."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    return None
-
-
-def _first(*values: Any) -> Any:
-    return next((v for v in values if v is not None), None)
+__all__ = ["DLCHook", "NamespaceNotAllowed"]
 
 
 class DLCHook(KubernetesHook):
@@ -98,156 +41,47 @@ class DLCHook(KubernetesHook):
 
     def __init__(self, conn_id: str | None = default_conn_name, *, namespace: str | None = None,
                  allowed_namespaces: list[str] | None = None, extras: dict | None = None, **kwargs: Any):
-        from kubernetes import client
-
-        # A configuration of our own: never the process-global default one.
-        if kwargs.get("client_configuration") is None:
-            kwargs["client_configuration"] = client.Configuration()
         super().__init__(conn_id=conn_id, **kwargs)
-        self._namespace = namespace
-        self._allowed = allowed_namespaces
-        self._extras = dict(extras) if extras is not None else None  # prefetched by the trigger
-        self._loaded_in_cluster: bool | None = None
+        self.connection = KubeConnection(
+            conn_id, namespace=namespace, allowed_namespaces=allowed_namespaces, extras=extras,
+            in_cluster=self.in_cluster, cluster_context=self.cluster_context, config_file=self.config_file,
+            config_dict=self.config_dict, disable_verify_ssl=self.disable_verify_ssl,
+            disable_tcp_keepalive=self.disable_tcp_keepalive, client_configuration=self.client_configuration)
+        self.client_configuration = self.connection.client_configuration
 
-    # -- the connection's fields -------------------------------------------------------
+    # The provider's methods read extras and the client through these: ours, on one configuration.
     @property
     def conn_extras(self) -> dict:
-        """The connection's extras: those given to the constructor, else read once from the
-        connection (the provider's public methods read them through this attribute too)."""
-        if self._extras is None:
-            self._extras = dict(self.get_connection(self.conn_id).extra_dejson) if self.conn_id else {}
-        return self._extras
+        return self.connection.conn_extras
 
-    def field(self, name: str) -> Any:
-        """A connection extra (plain or `extra__kubernetes__`-prefixed); empty -> None."""
-        return extra_field(self.conn_extras, name)
-
-    def get_namespace(self) -> str | None:
-        """The namespace the connection names, if any."""
-        return self.field("namespace") if self.conn_id else None
-
-    @property
-    def allowed_namespaces(self) -> list[str]:
-        if self._allowed is not None:
-            return list(self._allowed)
-        raw = self.field("dlc_namespaces") or ""
-        return [ns.strip() for ns in str(raw).split(",") if ns.strip()]
-
-    def config_source(self) -> ConfigSource:
-        """Which configuration the connection selects (constructor arguments over extras)."""
-        in_cluster = _first(self.in_cluster, as_bool(self.field("in_cluster")))
-        context = _first(self.cluster_context, self.field("cluster_context"))
-        path = _first(self.config_file, self.field("kube_config_path"))
-        content = self.field("kube_config")
-        chosen = [name for name, value in (("in_cluster", in_cluster), ("kube_config_path", path),
-                                           ("kube_config", content), ("config_dict", self.config_dict))
-                  if value]
-        if len(chosen) > 1:
-            raise KubeConfigError(self.conn_id, f"{' and '.join(chosen)} are all set, but they are mutually "
-                                  "exclusive", "keep only one of kube_config_path, kube_config, in_cluster "
-                                  "(and config_dict) in the connection")
-        if in_cluster:
-            return ConfigSource("in_cluster")
-        if path:
-            return ConfigSource("kube_config_path", path=str(path), context=context)
-        if content:
-            return ConfigSource("kube_config", content=self._parse_kube_config(content), context=context)
-        if self.config_dict:
-            return ConfigSource("config_dict", content=self.config_dict, context=context)
-        return ConfigSource("default", context=context)
-
-    def _parse_kube_config(self, content: Any) -> dict:
-        if isinstance(content, dict):
-            return content
-        import yaml
-
-        try:
-            parsed = yaml.safe_load(str(content))  # JSON, as the form asks, or YAML
-        except yaml.YAMLError as exc:
-            raise KubeConfigError(self.conn_id, f"kube_config is not valid JSON or YAML ({exc.__class__.__name__})",
-                                  "paste a whole kubeconfig into kube_config, or use kube_config_path") from None
-        if not isinstance(parsed, dict):
-            raise KubeConfigError(self.conn_id, "kube_config is not a kubeconfig (not a mapping)",
-                                  "paste a whole kubeconfig into kube_config, or use kube_config_path")
-        return parsed
-
-    # -- clients -----------------------------------------------------------------------
     def get_conn(self) -> Any:
-        """A kubernetes ApiClient on this hook's own Configuration; a KubeConfigError (one
-        line: the connection and what to set) when the configuration cannot be loaded."""
-        from kubernetes import client, config
-        from kubernetes.config import ConfigException
-
-        cfg = self.client_configuration
-        assert cfg is not None  # set in __init__
-        source = self.config_source()
-        looked_at: tuple[str, ...] = ()
-        try:
-            if source.kind == "in_cluster":
-                config.load_incluster_config(client_configuration=cfg)
-                self._loaded_in_cluster = True
-            elif source.kind in ("kube_config", "config_dict"):
-                config.load_kube_config_from_dict(source.content, context=source.context,
-                                                  client_configuration=cfg, persist_config=False)
-                self._loaded_in_cluster = False
-            elif source.kind == "kube_config_path":
-                looked_at = kubeconfig_paths(source.path)
-                config.load_kube_config(config_file=source.path, context=source.context,
-                                        client_configuration=cfg, persist_config=False)
-                self._loaded_in_cluster = False
-            else:  # nothing configured: in-cluster when in a pod, else KUBECONFIG / ~/.kube/config
-                looked_at = kubeconfig_paths()
-                try:
-                    config.load_incluster_config(client_configuration=cfg)
-                    self._loaded_in_cluster = True
-                except ConfigException:
-                    config.load_kube_config(config_file=os.pathsep.join(looked_at), context=source.context,
-                                            client_configuration=cfg, persist_config=False)
-                    self._loaded_in_cluster = False
-        except ConfigException as exc:
-            raise config_error(exc, self.conn_id, source=source.kind, looked_at=looked_at,
-                               context=source.context) from None
-        if as_bool(_first(self.disable_verify_ssl, self.field("disable_verify_ssl"))):
-            cfg.verify_ssl = False
-        if as_bool(_first(self.disable_tcp_keepalive, self.field("disable_tcp_keepalive"))) is not True:
-            cfg.socket_options = _keepalive_options()
-        return client.ApiClient(cfg)
+        return self.connection.api_client
 
     @property
     def is_in_cluster(self) -> bool:
-        if self._loaded_in_cluster is None:
-            self.api_client  # noqa: B018 - loading the configuration tells
-        return bool(self._loaded_in_cluster)
+        return self.connection.is_in_cluster
+
+    def field(self, name: str) -> Any:
+        return self.connection.field(name)
+
+    def get_namespace(self) -> str | None:
+        return self.connection.get_namespace()
+
+    @property
+    def allowed_namespaces(self) -> list[str]:
+        return self.connection.allowed_namespaces
+
+    def config_source(self) -> ConfigSource:
+        return self.connection.config_source()
 
     def resolve_namespace(self) -> str:
-        """The namespace jobs go to: explicit > connection > kubeconfig context > default."""
-        namespace = self._namespace or self.get_namespace() or self._config_namespace()
-        allowed = self.allowed_namespaces
-        if allowed and namespace not in allowed:
-            raise NamespaceNotAllowed(
-                f"namespace {namespace!r} is not allowed by connection {self.conn_id!r} "
-                f"(dlc_namespaces: {', '.join(allowed)}); set namespace= to one of them"
-            )
-        return namespace
-
-    def _config_namespace(self) -> str:
-        source = self.config_source()
-        if source.kind == "in_cluster" or (source.kind == "default" and self.is_in_cluster):
-            return _in_cluster_namespace()
-        if source.content is not None:
-            return _dict_namespace(source.content, source.context)
-        return kubeconfig_namespace(source.path, source.context)
+        return self.connection.resolve_namespace()
 
     def get_client(self) -> KubeClient:
-        """Our client on this connection, defaulting to the resolved namespace."""
-        return KubeClient(self.api_client, namespace=self.resolve_namespace(), connection=self.conn_id)
+        return self.connection.get_client()
 
     def cluster_key(self) -> str:
-        """Identifies the cluster and credentials: waits on the same key share one watch."""
-        cfg = self.api_client.configuration
-        token = (cfg.api_key or {}).get("BearerToken") or (cfg.api_key or {}).get("authorization", "")
-        ident = f"{self.conn_id}|{cfg.host}|{cfg.cert_file}|{hashlib.sha256(str(token).encode()).hexdigest()[:8]}"
-        return ident
+        return self.connection.cluster_key()
 
     def test_connection(self) -> tuple[bool, str]:
         """For the UI's Test button: who the connection is, on which server."""
@@ -259,32 +93,3 @@ class DLCHook(KubernetesHook):
         except (KubeError, NamespaceNotAllowed) as exc:
             return False, str(exc)
         return True, f"Connected to {client.server} as {user} (namespace {client.namespace})"
-
-
-def _keepalive_options() -> list[tuple[int, int, int]]:
-    """TCP keepalive on the API connections (long watches behind load balancers), as the
-    provider enables it by default, but on our configuration only."""
-    from urllib3.connection import HTTPConnection
-
-    options = list(HTTPConnection.default_socket_options) + [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-    for name, value in (("TCP_KEEPIDLE", 120), ("TCP_KEEPINTVL", 30), ("TCP_KEEPCNT", 6)):
-        if hasattr(socket, name):
-            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
-    return options
-
-
-def _dict_namespace(content: dict, context: str | None) -> str:
-    name = context or content.get("current-context")
-    for entry in content.get("contexts") or []:
-        if isinstance(entry, dict) and entry.get("name") == name:
-            return (entry.get("context") or {}).get("namespace") or "default"
-    return "default"
-
-
-def _in_cluster_namespace() -> str:
-    try:
-        with open(IN_CLUSTER_NAMESPACE) as f:
-            return f.read().strip() or "default"
-    except OSError:
-        return "default"
-

@@ -68,24 +68,25 @@ def _missing(conn_id: str) -> str:
             "--conn-type kubernetes ...), or leave conn_id unset to use the default")
 
 
-def connection_extras(conn_id: str) -> dict[str, Any]:
-    """The connection's extras ({} when it does not exist or has none)."""
+def read_connection(conn_id: str) -> Any | None:
+    """The connection (None when it does not exist, or there is no Airflow at all)."""
     try:
         from airflow.sdk.bases.hook import BaseHook
 
-        return dict(BaseHook.get_connection(conn_id).extra_dejson or {})
+        return BaseHook.get_connection(conn_id)
     except Exception:  # noqa: BLE001 - AirflowNotFoundException, or no Airflow at all
-        return {}
+        return None
+
+
+def connection_extras(conn_id: str, connection: Any | None = None) -> dict[str, Any]:
+    """The connection's extras ({} when it does not exist or has none); `connection` when
+    the caller has read it already."""
+    connection = connection if connection is not None else read_connection(conn_id)
+    return dict(connection.extra_dejson or {}) if connection is not None else {}
 
 
 def connection_exists(conn_id: str) -> bool:
-    try:
-        from airflow.sdk.bases.hook import BaseHook
-
-        BaseHook.get_connection(conn_id)
-        return True
-    except Exception:  # noqa: BLE001 - AirflowNotFoundException, or no Airflow at all
-        return False
+    return read_connection(conn_id) is not None
 
 
 def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: dict | None = None,
@@ -96,13 +97,15 @@ def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: di
         module, _, func = RUNNER_FACTORIES[backend].partition(":")
         runner: JobRunner = getattr(import_module(module), func)(conn_id, namespace, connection)
         return runner
-    from dlc_airflow.airflow.hook import DLCHook
+    from dlc_airflow.airflow.kubeconn import KubeConnection
     from dlc_airflow.backends import get_backend
     from dlc_airflow.k8s.runner import KubeRunner
 
-    hook = DLCHook(conn_id, namespace=namespace, extras=extras)
-    client = hook.get_client()
-    return KubeRunner(client, get_backend(backend), client.namespace, cluster_key=hook.cluster_key())
+    if extras is None and connection is not None:
+        extras = connection_extras(conn_id, connection)
+    kube = KubeConnection(conn_id, namespace=namespace, extras=extras)
+    client = kube.get_client()
+    return KubeRunner(client, get_backend(backend), client.namespace, cluster_key=kube.cluster_key())
 
 
 _shared: dict[tuple, JobRunner] = {}

@@ -269,3 +269,35 @@ def test_hook_config_errors_are_one_line(tmp_path, monkeypatch):
         hook({"in_cluster": True, "kube_config_path": "/x"}).get_conn()
     with pytest.raises(KubeConfigError, match="kube_config is not a kubeconfig"):
         hook({"kube_config": "just words"}).get_conn()
+
+
+def test_a_task_reaches_the_cluster_without_the_providers_hook_module(tmp_path):
+    """The cncf hook module pulls in kubernetes_asyncio and aiohttp (~0.5 CPU s per task
+    process before it defers): building the runner a task uses must not import it."""
+    import subprocess
+    import sys
+
+    path = kubeconfig(tmp_path / "kc.json")
+    code = ("import sys; from dlc_airflow.airflow.runners import make_runner\n"
+            f"r = make_runner('native', 'not_in_any_backend', None, extras={{'kube_config_path': {str(path)!r}}})\n"
+            "print(r.namespace, sorted(m for m in sys.modules if m.startswith(('kubernetes_asyncio', 'aiohttp',"
+            " 'airflow.providers.cncf'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[0] == "ns-a" and out.strip().endswith("[]"), out
+
+
+def test_a_missing_default_connection_is_an_empty_one_as_in_the_provider(monkeypatch):
+    """kubernetes_default not defined: the cluster's own credentials (in-cluster or the
+    kubeconfig) apply, as with the provider's hook; any other missing id is an error."""
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from dlc_airflow.airflow.kubeconn import KubeConnection
+
+    monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", raising=False)
+    assert KubeConnection("kubernetes_default").conn_extras == {}
+    with pytest.raises(AirflowNotFoundException):
+        KubeConnection("not_in_any_backend").conn_extras  # noqa: B018
+    # a hook and the connection under it agree, and share one client configuration
+    h = hook({"namespace": "x"})
+    assert h.conn_extras == h.connection.conn_extras == {"namespace": "x"}
+    assert h.client_configuration is h.connection.client_configuration
