@@ -11,6 +11,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+from dlc_airflow.airflow.kubeconn import DEFAULT_CONN_ID
 from dlc_airflow.local.jobrunner import LOCAL, LocalJobRunner
 from dlc_airflow.registry import ALL_BACKENDS, check_backend_name, is_kubernetes
 from dlc_airflow.runner import JobRunner
@@ -25,8 +26,6 @@ RUNNER_FACTORIES: dict[str, str] = {
     "slurm": "dlc_airflow.slurm.runner:make_runner",
 }
 
-
-DEFAULT_CONN_ID = "kubernetes_default"
 
 
 class NoSuchConnection(ValueError):
