@@ -22,7 +22,9 @@ SCRIPT = textwrap.dedent('''
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     run = module.dag.test()
-    print("STATE", run.get_task_instance("train").state)
+    # one write of a whole line: the OpenLineage listener's process logs to the same pipe
+    sys.stdout.write("STATE " + str(run.get_task_instance('train').state) + "\\n")
+    sys.stdout.flush()
 ''')
 
 DAG = '''
