@@ -151,7 +151,7 @@ class DLCJobOperator(BaseOperator):
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
         from dlc_airflow.airflow.policy_source import load_policy
-        from dlc_airflow.airflow.runners import choose_backend, connection_extras, make_runner, read_connection
+        from dlc_airflow.airflow.runners import choose_backend, connection_for, make_runner
         from dlc_airflow.policy import enforce
         from dlc_airflow.submission import Action
 
@@ -163,9 +163,7 @@ class DLCJobOperator(BaseOperator):
             backend, self._conn, why = choose_backend(self.backend, self.conn_id)
             self.log.info("DLC %s job on the %s backend (%s; %d replicas: %s)", job.type.value, backend, why,
                           job.total_replicas(), ", ".join(f"{r}={v.replicas}" for r, v in job.roles.items()))
-            # the connection, read once: every round trip here is a task's time before it defers
-            connection = None if backend == "local" else read_connection(self._conn)
-            self._extras = None if backend == "local" else connection_extras(self._conn, connection)
+            connection, self._extras = connection_for(backend, self._conn)
             # the admin's policy, before anything is created (the local backend's too)
             policy, source = load_policy(None if backend == "local" else self._conn, connection)
             enforce(policy, job, source)

@@ -77,15 +77,17 @@ def read_connection(conn_id: str) -> Any | None:
         return None
 
 
-def connection_extras(conn_id: str, connection: Any | None = None) -> dict[str, Any]:
-    """The connection's extras ({} when it does not exist or has none); `connection` when
-    the caller has read it already."""
-    connection = connection if connection is not None else read_connection(conn_id)
-    return dict(connection.extra_dejson or {}) if connection is not None else {}
-
-
 def connection_exists(conn_id: str) -> bool:
     return read_connection(conn_id) is not None
+
+
+def connection_for(backend: str, conn_id: str) -> tuple[Any | None, dict[str, Any] | None]:
+    """(connection, extras) for starting a job, read once: every round trip is a task's time
+    before it defers. (None, None) on the local backend, which has no connection."""
+    if backend == LOCAL:
+        return None, None
+    connection = read_connection(conn_id)
+    return connection, dict(connection.extra_dejson or {}) if connection is not None else {}
 
 
 def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: dict | None = None,
@@ -100,8 +102,6 @@ def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: di
     from dlc_airflow.backends import get_backend
     from dlc_airflow.k8s.runner import KubeRunner
 
-    if extras is None and connection is not None:
-        extras = connection_extras(conn_id, connection)
     kube = KubeConnection(conn_id, namespace=namespace, extras=extras)
     client = kube.get_client()
     return KubeRunner(client, get_backend(backend), client.namespace, cluster_key=kube.cluster_key())

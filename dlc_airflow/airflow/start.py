@@ -55,7 +55,7 @@ def start_job(spec: dict[str, Any], ti: Any, namespace: str | None, local_root: 
     """See the module docstring; raises StartError."""
     from dlc_airflow.airflow.links import link_urls, push_links_xcoms
     from dlc_airflow.airflow.policy_source import load_policy
-    from dlc_airflow.airflow.runners import choose_backend, connection_extras, read_connection, shared_runner
+    from dlc_airflow.airflow.runners import choose_backend, connection_for, shared_runner
     from dlc_airflow.policy import enforce
     from dlc_airflow.secrets import register_job
     from dlc_airflow.spec import parse_job
@@ -67,10 +67,9 @@ def start_job(spec: dict[str, Any], ti: Any, namespace: str | None, local_root: 
         backend, conn_id, why = choose_backend(spec.get("backend"), spec.get("conn_id"))
         log.info("DLC %s job on the %s backend (%s), started in the triggerer: no worker slot", job.type.value,
                  backend, why)
-        connection = None if backend == "local" else read_connection(conn_id)  # once: see DLCJobOperator.execute
+        connection, extras = connection_for(backend, conn_id)
         policy, source = load_policy(None if backend == "local" else conn_id, connection)
         enforce(policy, job, source)
-        extras = None if backend == "local" else connection_extras(conn_id, connection)
         runner = shared_runner(backend, conn_id, namespace, extras=extras, local_root=local_root,
                                connection=connection)
         found = register_job(job, runner, log)
