@@ -1,11 +1,14 @@
 """The steps after a verdict, written once for the sync wait, the trigger and the sensor.
 
-    outcome = finish(runner, ref, verdict, pods, on_finish=OnFinish.KEEP, log=log, record=store_set)
+    outcome = finish(runner, ref, verdict, pods, on_finish=OnFinish.KEEP, log=log, record=store_set,
+                     owner_try=try_number)
 
-`finish_plan` decides (pure): stop a job that ran out of time, settle the leftovers of one
-that finished (parameter servers...), delete it when asked. `finish` performs the plan
-in that order, collects what the job reported, records the result (task state store), and
-returns the Outcome the caller turns into a task result or failure.
+`finish_plan` decides (pure): stop a job that ran out of time (unless a newer try of the
+task has adopted it), settle the leftovers of one that finished (parameter servers...),
+delete it when asked. `finish` performs the plan in that order, collects what the job
+reported, records the result (task state store), and returns the Outcome the caller turns
+into a task result or failure. `outcome_of` is the one rule for that Outcome, also used
+where a wait that ended elsewhere is read back (dlc_airflow.airflow.event).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def finish_plan(verdict: Verdict, on_finish: OnFinish, owner: bool = True) -> Fi
         stop=owner and not finished,
         settle=owner and finished,
         delete=owner and finished and on_finish is OnFinish.DELETE,
-        ok=finished and verdict.status.state is JobState.SUCCEEDED,
+        ok=succeeded(verdict),
     )
 
 
@@ -63,14 +66,31 @@ class Outcome:
 Record = Callable[[dict[str, Any]], None]
 
 
+def succeeded(verdict: Verdict) -> bool:
+    """The outcome rule: a task succeeds when its job finished and succeeded."""
+    return verdict.kind is VerdictKind.FINISHED and verdict.status.state is JobState.SUCCEEDED
+
+
+def outcome_of(ref: JobRef, verdict: Verdict, outputs: dict | None) -> Outcome:
+    """The task's outcome for a verdict (pure)."""
+    result = job_result(ref, verdict.status, outputs)
+    if succeeded(verdict):
+        return Outcome(True, result, None)
+    return Outcome(False, result, verdict.message)
+
+
 def finish(runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict] | None, *,
-           on_finish: OnFinish, log: Log, record: Record | None = None,
-           owner: bool = True) -> Outcome:
-    plan = finish_plan(verdict, on_finish, owner)
-    if plan.stop:
+           on_finish: OnFinish, log: Log, owner_try: int | None, record: Record | None = None) -> Outcome:
+    """`owner_try`: the try of the task that made (or adopted) the job; None for a sensor,
+    which only watches it."""
+    from dlc_airflow.submission import stop_if_owner
+
+    plan = finish_plan(verdict, on_finish, owner=owner_try is not None)
+    if plan.stop and owner_try is not None:
         log.error("%s; stopping the job", verdict.message)
-        runner.stop(ref)
-    result = job_result(ref, verdict.status, runner.outputs(ref, pods or None))
+        stop_if_owner(runner, ref, owner_try, log)
+    outcome = outcome_of(ref, verdict, runner.outputs(ref, pods or None))
+    result = outcome.result
     if plan.settle:
         for name in runner.settle(ref):
             log.info("stopped %s: still running after the job finished", name)
@@ -79,13 +99,12 @@ def finish(runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict] | 
     if plan.delete:
         log.info("deleting job %s (on_finish='delete')", ref.name)
         runner.delete(ref)
-    if plan.ok:
+    if outcome.ok:
         log.info("job %s succeeded (queued %ss, ran %ss, %d restarts)", ref.name,
                  _round(result["queued_seconds"]), _round(result["running_seconds"]), verdict.status.restarts)
-        return Outcome(True, result, None)
-    if not plan.stop:  # (a stopped job's message was logged with the stop)
+    elif not plan.stop:  # (a stopped job's message was logged with the stop)
         log.error("%s", verdict.message)
-    return Outcome(False, result, verdict.message)
+    return outcome
 
 
 def job_result(ref: JobRef, status: JobStatus, outputs: dict | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.runner import JobRunner
@@ -159,7 +160,7 @@ def cmd_clone(args: argparse.Namespace) -> Any:
     job = parse_job(data, source=f"clone of {ref.name}")
     name = args.name_new or f"{slug(ref.name.rsplit('-', 2)[0], MAX_BASE_NAME - 7)}-{random.getrandbits(24):06x}"
     if ref.backend != "local":
-        policy, source = load_policy(args.conn_id or "kubernetes_default")
+        policy, source = load_policy(args.conn_id or DEFAULT_CONN_ID)
     else:
         policy, source = load_policy(None)
     enforce(policy, job, source)

@@ -39,6 +39,18 @@ def is_kubernetes(name: str) -> bool:
     return name in KUBERNETES_BACKENDS
 
 
+def has_connection(name: str) -> bool:
+    """Whether backend `name` reaches its jobs through an Airflow connection (all but local,
+    whose jobs are processes of this host)."""
+    return name != LOCAL
+
+
+def is_folder(name: str) -> bool:
+    """Whether backend `name`'s jobs live in a folder of this host (a JobRef's namespace is
+    then the job root)."""
+    return name == LOCAL
+
+
 def pure_backend(name: str) -> PureBackend:
     """The pure half of backend `name`; BackendError for an unknown one, listing them all."""
     key = name.strip().lower() if isinstance(name, str) else name

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowTaskTimeout
 
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, STATE_KEY, XCOM_REF
 from dlc_airflow.airflow.links import LINKS
 from dlc_airflow.finish import OnFinish
 from dlc_airflow.jobref import JobRef
@@ -26,10 +27,7 @@ if TYPE_CHECKING:
     from dlc_airflow.progress import Verdict
     from dlc_airflow.runner import JobRunner
     from dlc_airflow.status import JobStatus
-    from dlc_airflow.submission import Submission
 
-STATE_KEY = "dlc_job"  # task state store key (durable execution, Airflow 3.3+)
-XCOM_REF = "dlc_job"  # XCom key of the job's whereabouts (pushed as soon as it exists)
 
 
 def _default_deferrable() -> bool:
@@ -106,7 +104,7 @@ class DLCJobOperator(BaseOperator):
         # the finished job's result, kept for OpenLineage (its listener reads no XCom: it may run
         # in a forked process, where the task's channel to Airflow is not to be used)
         self._result: dict | None = None
-        self._conn = conn_id or "kubernetes_default"  # the connection execute() chose
+        self._conn = conn_id or DEFAULT_CONN_ID  # the connection execute() chose
         self._extras: dict | None = None  # its extras (None on the local backend), read once
 
     # -- start_from_trigger --------------------------------------------------------------
@@ -133,7 +131,7 @@ class DLCJobOperator(BaseOperator):
         self.start_trigger_args = StartTriggerArgs(
             trigger_cls="dlc_airflow.airflow.trigger.DLCJobTrigger", next_method="execute_complete",
             timeout=backstop, trigger_kwargs={
-                "conn_id": self.conn_id or "kubernetes_default", "namespace": self.namespace,
+                "conn_id": self.conn_id or DEFAULT_CONN_ID, "namespace": self.namespace,
                 "local_root": self.local_root, "queue_timeout": self.queue_timeout, "timeout": self.timeout,
                 "stream_logs": self.stream_logs, "on_finish": self.on_finish, "end_from_trigger": True,
                 "notify": {"specs": self.notify, "where": {}} if self.notify else None,
@@ -150,27 +148,23 @@ class DLCJobOperator(BaseOperator):
 
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        from dlc_airflow.airflow.policy_source import load_policy
-        from dlc_airflow.airflow.runners import choose_backend, connection_for, make_runner
-        from dlc_airflow.policy import enforce
+        from dlc_airflow.airflow.lifecycle import StartRequest, identity_of, start
+        from dlc_airflow.airflow.runners import make_runner
         from dlc_airflow.submission import Action
 
         job = self._rendered_job()
-        identity = task_identity(context)
+        identity = identity_of(context["ti"], context.get("dag_run"))
         self._try = identity.try_number
         store = context.get("task_state_store")
+        request = StartRequest(job=job, identity=identity, backend=self.backend, conn_id=self.conn_id,
+                               namespace=self.namespace, local_root=self.local_root,
+                               base_name=job.name or self.task_id, reuse_succeeded=self.reuse_succeeded,
+                               recorded=_get(store, STATE_KEY))
         with _user_errors():
-            backend, self._conn, why = choose_backend(self.backend, self.conn_id)
-            self.log.info("DLC %s job on the %s backend (%s; %d replicas: %s)", job.type.value, backend, why,
-                          job.total_replicas(), ", ".join(f"{r}={v.replicas}" for r, v in job.roles.items()))
-            connection, self._extras = connection_for(backend, self._conn)
-            # the admin's policy, before anything is created (the local backend's too)
-            policy, source = load_policy(None if backend == "local" else self._conn, connection)
-            enforce(policy, job, source)
-            self._runner = runner = make_runner(backend, self._conn, self.namespace, extras=self._extras,
-                                                local_root=self.local_root, connection=connection)
-            self._mask_secrets(job, runner)
-            submission = self._submit_or_adopt(runner, job, identity, store)
+            started = start(request, self.log, make=make_runner)
+        self._runner = runner = started.runner
+        self._conn, self._extras, self._trigger_secrets = started.conn_id, started.extras, started.secrets
+        submission = started.submission
         if submission.action is Action.RECORDED:
             return submission.recorded_result
         ref, status = submission.ref, submission.status
@@ -178,7 +172,7 @@ class DLCJobOperator(BaseOperator):
         self._ref = ref
         _set(store, STATE_KEY, {**ref.to_dict(), "state": "SUBMITTED"})
         try:
-            self._publish(context["ti"], ref)
+            self._publish(context["ti"], ref, identity)
             return self._wait(context, runner, ref, status)
         except JobDidNotSucceed:
             raise
@@ -187,25 +181,16 @@ class DLCJobOperator(BaseOperator):
             self._stop_after_error(runner, ref)
             raise
 
-    def _publish(self, ti: Any, ref: JobRef) -> None:
+    def _publish(self, ti: Any, ref: JobRef, identity: TaskIdentity) -> None:
         """Where the job is (XCom dlc_job: for sensors, the UI and other tasks) and the extra
         links' URLs, as soon as the job exists."""
-        from dlc_airflow.airflow.links import push_links
+        from dlc_airflow.airflow.lifecycle import base_url, publication
         from dlc_airflow.airflow.notify import Notifications
 
-        ti.xcom_push(key=XCOM_REF, value={**ref.to_dict(), "conn_id": self._conn, "local_root": self.local_root,
-                                          "try_number": ti.try_number})
-        urls = push_links(ti, ref, self._extras)
-        where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index,
-                 "try_number": ti.try_number, "job": ref.name, "backend": ref.backend, "namespace": ref.namespace,
-                 "link": urls.get("DLC job report", "")}
-        self._notifications = Notifications(self.notify, where) if self.notify else None
-
-    def _submit_or_adopt(self, runner: JobRunner, job: DLCJob, identity: TaskIdentity, store: Any) -> Submission:
-        from dlc_airflow.submission import submit_or_adopt
-
-        return submit_or_adopt(runner, job, identity, base_name=job.name or self.task_id,
-                               reuse_succeeded=self.reuse_succeeded, recorded=_get(store, STATE_KEY), log=self.log)
+        published = publication(ref, identity, self._conn, self.local_root, self._extras, base_url())
+        for key, value in published.xcoms.items():
+            ti.xcom_push(key=key, value=value)
+        self._notifications = Notifications(self.notify, published.where) if self.notify else None
 
     def _wait(self, context: Context, runner: JobRunner, ref: JobRef, status: JobStatus) -> Any:
         from dlc_airflow.airflow.waiting import wait_sync
@@ -229,7 +214,7 @@ class DLCJobOperator(BaseOperator):
         from dlc_airflow.finish import finish
 
         outcome = finish(runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish), log=self.log,
-                         record=self._recorder(context))
+                         record=self._recorder(context), owner_try=self._try)
         if self._notifications is not None:
             self._notifications.final(outcome.ok, verdict.status, outcome.error)
         self._result = outcome.result
@@ -289,7 +274,7 @@ class DLCJobOperator(BaseOperator):
             data = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REF, map_indexes=ti.map_index)
             if not data:
                 raise AirflowException(f"{self.task_id}: resumed without the job's reference")
-            from dlc_airflow.airflow.runners import DEFAULT_CONN_ID, make_runner
+            from dlc_airflow.airflow.runners import make_runner
 
             ref = JobRef.from_dict(data)
             runner = make_runner(ref.backend, self.conn_id or DEFAULT_CONN_ID, self.namespace,
@@ -317,16 +302,6 @@ class DLCJobOperator(BaseOperator):
     def _recorder(self, context: Context) -> Callable[[dict], None]:
         store = context.get("task_state_store")
         return lambda entry: _set(store, STATE_KEY, entry)
-
-    def _mask_secrets(self, job: DLCJob, runner: JobRunner) -> None:
-        """Register the job's secret env values with Airflow's secrets masker before any of its
-        logs reach the task log: Airflow sources (read now: a missing one fails here, naming the
-        env var, before anything is created), secret-looking literals, and the Kubernetes
-        Secrets this identity may read. The trigger masks them again in its own process."""
-        from dlc_airflow.secrets import register_job
-
-        found = register_job(job, runner, self.log)
-        self._trigger_secrets = found.to_dict() if found else None
 
     def _rendered_job(self) -> DLCJob:
         try:
@@ -375,16 +350,6 @@ def _user_errors() -> Iterator[None]:
         if getattr(exc, "permanent", False) and not isinstance(exc, AirflowFailException):
             raise AirflowFailException(str(exc)) from exc
         raise
-
-
-def task_identity(context: Context) -> TaskIdentity:
-    from dlc_airflow.naming import TaskIdentity
-
-    ti = context["ti"]
-    dag_run = context.get("dag_run")
-    return TaskIdentity(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
-                        map_index=ti.map_index if ti.map_index is not None else -1,
-                        try_number=ti.try_number, clear_number=getattr(dag_run, "clear_number", 0) or 0)
 
 
 def _load(job: DLCJob | dict | str | os.PathLike, op: BaseOperator) -> DLCJob:

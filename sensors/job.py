@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, XCOM_REF
 from dlc_airflow.arguments import ArgumentError
 from dlc_airflow.jobref import JobRef
 
@@ -40,7 +41,7 @@ class DLCJobSensor(BaseSensorOperator):
 
     def __init__(self, *, job_name: str | None = None, task_id_of_job: str | None = None,
                  backend: str = "native", namespace: str | None = None,
-                 conn_id: str = "kubernetes_default", deferrable: bool | None = None,
+                 conn_id: str = DEFAULT_CONN_ID, deferrable: bool | None = None,
                  local_root: str | None = None, **kwargs: Any) -> None:
         from dlc_airflow.operators.job import _default_deferrable
 
@@ -58,7 +59,7 @@ class DLCJobSensor(BaseSensorOperator):
         self.task_id_of_job = arg.task_id(task_id_of_job, "task_id_of_job", tid)
         self.backend = arg.backend_name(backend, tid)
         self.namespace = arg.namespace(namespace, tid)
-        self.conn_id = arg.conn_id(conn_id, tid) or "kubernetes_default"
+        self.conn_id = arg.conn_id(conn_id, tid) or DEFAULT_CONN_ID
         explicit_deferrable = arg.optional_flag(deferrable, "deferrable", tid)
         if explicit_deferrable and self.mode == "reschedule":
             raise arg.ArgumentError(f"{tid}: deferrable=True waits in the triggerer, mode='reschedule' on a worker: "
@@ -90,9 +91,9 @@ class DLCJobSensor(BaseSensorOperator):
 
         if self.task_id_of_job:
             ti = context["ti"]
-            data = ti.xcom_pull(task_ids=self.task_id_of_job, key="dlc_job", map_indexes=ti.map_index)
+            data = ti.xcom_pull(task_ids=self.task_id_of_job, key=XCOM_REF, map_indexes=ti.map_index)
             if not data:
-                raise AirflowException(f"task {self.task_id_of_job!r} has not submitted a job (no XCom 'dlc_job')")
+                raise AirflowException(f"task {self.task_id_of_job!r} has not submitted a job (no XCom {XCOM_REF!r})")
             ref = JobRef.from_dict(data)
             return make_runner(ref.backend, self.conn_id, self.namespace or ref.namespace,
                                local_root=self.local_root), ref
@@ -113,7 +114,7 @@ class DLCJobSensor(BaseSensorOperator):
         if not status.terminal:
             return False
         outcome = finish(runner, ref, terminal_verdict(ref.name, status), None, on_finish=OnFinish.KEEP,
-                         log=self.log, owner=False)
+                         log=self.log, owner_try=None)
         if not outcome.ok:
             raise AirflowFailException(outcome.error)
         return PokeReturnValue(is_done=True, xcom_value=outcome.result)

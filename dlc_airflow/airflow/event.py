@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dlc_airflow.finish import OnFinish, job_result
+from dlc_airflow.finish import OnFinish, job_result, outcome_of, succeeded
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.progress import terminal_verdict
 from dlc_airflow.reasons import NOT_FOUND
 from dlc_airflow.runner import JobRunner
 from dlc_airflow.status import JobState
@@ -47,12 +48,14 @@ class JobEvent:
         """The event behind a TaskSuccessEvent / TaskFailedEvent payload ('success' / 'failed'),
         read back from the job (where the trigger left it)."""
         status = runner.status(ref)
-        succeeded = str(payload).lower() == "success"
-        if status.state is JobState.SUCCEEDED:
-            return cls(ref, True, job_result(ref, status, runner.outputs(ref)))
-        if succeeded and on_finish is OnFinish.DELETE and status.reason == NOT_FOUND:
-            # the trigger took the result and deleted the job, as asked
-            done = status.model_copy(update={"state": JobState.SUCCEEDED, "reason": "", "message": ""})
-            return cls(ref, True, job_result(ref, done, {}))
-        why = status.summary() if status.terminal else f"the trigger ended the wait ({payload}); job {status.summary()}"
-        return cls(ref, False, job_result(ref, status, {}), f"job {ref.name} did not succeed: {why}")
+        gone = status.reason == NOT_FOUND
+        if str(payload).lower() == "success" and on_finish is OnFinish.DELETE and gone:
+            # the trigger took the result and deleted the job, as asked: it succeeded
+            status = status.model_copy(update={"state": JobState.SUCCEEDED, "reason": "", "message": ""})
+        if not status.terminal:
+            return cls(ref, False, job_result(ref, status, {}), f"job {ref.name} did not succeed: the trigger ended "
+                       f"the wait ({payload}); job {status.summary()}")
+        # the same rule as at the end of a wait (dlc_airflow.finish)
+        verdict = terminal_verdict(ref.name, status)
+        outcome = outcome_of(ref, verdict, runner.outputs(ref) if succeeded(verdict) and not gone else {})
+        return cls(ref, outcome.ok, outcome.result, outcome.error)

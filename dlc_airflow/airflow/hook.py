@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.airflow.kubeconn import ConfigSource, KubeConnection, NamespaceNotAllowed
 from dlc_airflow.k8s.client import KubeClient
 
@@ -23,7 +24,7 @@ __all__ = ["DLCHook", "NamespaceNotAllowed"]
 
 class DLCHook(KubernetesHook):
     conn_name_attr = "dlc_conn_id"
-    default_conn_name = "kubernetes_default"
+    default_conn_name = DEFAULT_CONN_ID
     conn_type = "dlc_kubernetes"
     hook_name = "DLC jobs on Kubernetes"
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.k8s.client import (
     KubeClient,
     KubeConfigError,
@@ -31,7 +32,6 @@ from dlc_airflow.k8s.client import (
 
 #: prefixes of extras saved by Airflow < 2.3 (the provider's own, and ours by our conn type)
 EXTRA_PREFIXES = ("extra__kubernetes__", "extra__dlc_kubernetes__")
-DEFAULT_CONN_ID = "kubernetes_default"
 IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 

@@ -3,7 +3,8 @@ cluster's dashboard (a URL pattern the admin sets on the connection), the local 
 
 Airflow writes an extra link's URL as an XCom when the task ends on a worker; a task the
 trigger ends never goes back to a worker, so the operator pushes every link's URL itself as
-soon as the job exists (`push_links`), and each link's `get_link` returns what was pushed.
+soon as the job exists (dlc_airflow.airflow.lifecycle.publication), and each link's `get_link`
+returns what was pushed.
 The api-server only reads those XComs: it never imports this module.
 """
 
@@ -15,6 +16,7 @@ from urllib.parse import quote
 from airflow.sdk import BaseOperatorLink
 
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.registry import is_folder
 
 # The connection's extra naming the dashboard URL of a job, e.g.
 # "https://dashboard.example.com/#/job/{namespace}/{name}?backend={backend}"
@@ -54,27 +56,17 @@ def link_urls(ref: JobRef, dag_id: str, run_id: str, task_id: str, map_index: in
     urls = {DLCJobReportLink.name: f"{base_url.rstrip('/')}/dlc/jobs/{quote(dag_id, safe='')}/"
             f"{quote(run_id, safe='')}/{quote(task_id, safe='')}" + (f"?map_index={map_index}" if map_index >= 0 else "")}
     pattern = (extras or {}).get(DASHBOARD_EXTRA)
-    if pattern and ref.backend != "local":
+    folder = is_folder(ref.backend)
+    if pattern and not folder:
         urls[DLCJobDashboardLink.name] = str(pattern).format(namespace=quote(ref.namespace, safe=""),
                                                              name=quote(ref.name, safe=""), backend=ref.backend,
                                                              uid=ref.uid)
-    if ref.backend == "local":
+    if folder:
         urls[DLCJobFolderLink.name] = f"file://{ref.namespace.rstrip('/')}/{quote(ref.name)}"
     return urls
 
 
-def push_links_xcoms(urls: dict[str, str]) -> dict[str, str]:
-    """{XCom key: URL} of the links that apply (what a task ending in the triggerer hands over)."""
-    return {link.xcom_key: urls[link.name] for link in LINKS if link.name in urls}
-
-
-def push_links(ti: Any, ref: JobRef, extras: dict[str, Any] | None) -> dict[str, str]:
-    """Push each link's URL under its XCom key (see the module docstring); returns them."""
-    from airflow.configuration import conf
-
-    base = conf.get("api", "base_url", fallback="") or "http://localhost:8080"
-    urls = link_urls(ref, ti.dag_id, ti.run_id, ti.task_id, ti.map_index if ti.map_index is not None else -1,
-                     extras, base)
-    for key, url in push_links_xcoms(urls).items():
-        ti.xcom_push(key=key, value=url)
-    return urls
+def links_xcoms(urls: dict[str, str]) -> dict[str, str]:
+    """{XCom key: URL} of every link, "" for those that do not apply: Airflow reads each link's
+    XCom when the task ends, and a key never pushed logs an error-level "XCom not found"."""
+    return {link.xcom_key: urls.get(link.name, "") for link in LINKS}

@@ -11,9 +11,9 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from dlc_airflow.airflow.kubeconn import DEFAULT_CONN_ID
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.local.jobrunner import LOCAL, LocalJobRunner
-from dlc_airflow.registry import ALL_BACKENDS, check_backend_name, is_kubernetes
+from dlc_airflow.registry import ALL_BACKENDS, check_backend_name, has_connection, is_kubernetes
 from dlc_airflow.runner import JobRunner
 
 BACKENDS = ALL_BACKENDS
@@ -44,7 +44,7 @@ def choose_backend(backend: str | None, conn_id: str | None) -> tuple[str, str, 
     """
     if backend:
         check_backend_name(backend)
-        if conn_id is not None and backend != LOCAL and not connection_exists(conn_id):
+        if conn_id is not None and has_connection(backend) and not connection_exists(conn_id):
             raise NoSuchConnection(_missing(conn_id))
         return backend, conn_id or DEFAULT_CONN_ID, "backend= is set on the task"
     if conn_id is not None:
@@ -83,8 +83,8 @@ def connection_exists(conn_id: str) -> bool:
 
 def connection_for(backend: str, conn_id: str) -> tuple[Any | None, dict[str, Any] | None]:
     """(connection, extras) for starting a job, read once: every round trip is a task's time
-    before it defers. (None, None) on the local backend, which has no connection."""
-    if backend == LOCAL:
+    before it defers. (None, None) on a backend without connections (local)."""
+    if not has_connection(backend):
         return None, None
     connection = read_connection(conn_id)
     return connection, dict(connection.extra_dejson or {}) if connection is not None else {}

@@ -28,11 +28,12 @@ from typing import Any, TypeVar
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
 from dlc_airflow.airflow.event import JobEvent
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.airflow.notify import Notifications
 from dlc_airflow.finish import OnFinish, finish
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.local.jobrunner import LOCAL
 from dlc_airflow.progress import Progress
+from dlc_airflow.registry import has_connection
 from dlc_airflow.runner import JobRunner
 from dlc_airflow.status import JobStatus
 
@@ -52,7 +53,7 @@ async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 class DLCJobTrigger(BaseTrigger):
-    def __init__(self, *, ref: dict | None = None, conn_id: str = "kubernetes_default", namespace: str | None = None,
+    def __init__(self, *, ref: dict | None = None, conn_id: str = DEFAULT_CONN_ID, namespace: str | None = None,
                  local_root: str | None = None, deadline: float | None = None,
                  queue_timeout: float | None = None, queued_since: float | None = None,
                  stream_logs: bool = True, on_finish: str = OnFinish.KEEP.value, end_from_trigger: bool = True,
@@ -97,8 +98,9 @@ class DLCJobTrigger(BaseTrigger):
 
         assert self.ref is not None  # (a task started here has made its job by now)
         ref = JobRef.from_dict(self.ref)
-        connection = None if ref.backend == LOCAL else await _connection(self.conn_id)
-        extras = connection.extra_dejson if connection is not None else ({} if ref.backend != LOCAL else None)
+        uses_connection = has_connection(ref.backend)
+        connection = await _connection(self.conn_id) if uses_connection else None
+        extras = connection.extra_dejson if connection is not None else ({} if uses_connection else None)
         namespace = self.namespace or ref.namespace
         return await blocking(shared_runner, ref.backend, self.conn_id, namespace,
                               extras=extras, local_root=self.local_root, connection=connection)
@@ -187,7 +189,7 @@ class DLCJobTrigger(BaseTrigger):
                 # The triggerer cannot reach the task state store (Airflow 3.3): the worker
                 # records the job when it defers, and the result when it resumes.
                 outcome = await blocking(finish, runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish),
-                                         log=self.log, owner=self.try_number is not None)
+                                         log=self.log, owner_try=self.try_number)
                 if notifications is not None:
                     await blocking(notifications.final, outcome.ok, verdict.status, outcome.error)
                 yield self._event(JobEvent(ref, outcome.ok, outcome.result, outcome.error))

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID as KUBERNETES_DEFAULT
 from dlc_airflow.jobinfo import JobInfo, Replica
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.naming import PREFIX, TaskIdentity
@@ -415,7 +416,7 @@ def make_runner(conn_id: str | None, namespace: str | None, connection: Any | No
     Kubernetes default connection id (what a task without conn_id gets) means slurm_default."""
     from dlc_airflow.slurm.hook import settings_for
 
-    if not conn_id or conn_id == "kubernetes_default":
+    if not conn_id or conn_id == KUBERNETES_DEFAULT:
         conn_id, connection = DEFAULT_CONN_ID, None
     settings = settings_for(conn_id, connection)
     key = (settings, namespace)

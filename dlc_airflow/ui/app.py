@@ -19,9 +19,9 @@ from typing import Any
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
 
+from dlc_airflow.airflow.keys import XCOM_REF
 from dlc_airflow.ui import render
 
-XCOM_REF = "dlc_job"  # as operators/job.py pushes it
 PREFIX = "/dlc"
 
 app = FastAPI(title="DLC jobs", docs_url=None, redoc_url=None, openapi_url=None)

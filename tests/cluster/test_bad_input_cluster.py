@@ -258,7 +258,7 @@ def test_pod_security(pod_security, level, spec, words):
     start = time.monotonic()
     sub = submit_or_adopt(runner, spec, identity(), base_name="psa")
     verdict, pods = wait_sync(runner, sub.ref, LOG, queue_timeout=12, timeout=None, stream_logs=False)
-    outcome = finish(runner, sub.ref, verdict, pods, on_finish=OnFinish.KEEP, log=LOG)
+    outcome = finish(runner, sub.ref, verdict, pods, on_finish=OnFinish.KEEP, log=LOG, owner_try=1)
     assert not outcome.ok and time.monotonic() - start < 60
     one_line(outcome.error or "", [f"job {sub.ref.name} could not start within queue_timeout (12s)", *words])
     wait_for(lambda: not [n for _, n in managed(kube) if n.startswith(sub.ref.name)], timeout=30,

@@ -150,7 +150,7 @@ def test_finish_records_deletes_and_reports(runner, caplog):
     import logging
 
     outcome = finish(runner, sub.ref, terminal_verdict(sub.ref.name, status), None,
-                     on_finish=OnFinish.DELETE, log=logging.getLogger("t"), record=recorded.append)
+                     on_finish=OnFinish.DELETE, log=logging.getLogger("t"), record=recorded.append, owner_try=1)
     assert outcome.ok and outcome.error is None and outcome.result["state"] == "SUCCEEDED"
     assert outcome.result["uid"] == sub.ref.uid
     assert recorded == [{**sub.ref.to_dict(), "state": "SUCCEEDED", "result": outcome.result}]
@@ -165,6 +165,24 @@ def test_finish_stops_a_job_that_ran_out_of_time(runner):
     progress.update(runner.status(sub.ref), 0.0)
     late = progress.verdict(5.0)
     assert late.kind is VerdictKind.TIMEOUT
-    outcome = finish(runner, sub.ref, late, None, on_finish=OnFinish.KEEP, log=logging.getLogger("t"))
+    outcome = finish(runner, sub.ref, late, None, on_finish=OnFinish.KEEP, log=logging.getLogger("t"), owner_try=1)
     assert not outcome.ok and "did not finish within timeout" in outcome.error
     assert runner.status(sub.ref).state is JobState.STOPPED
+
+
+def test_a_timed_out_try_does_not_stop_the_job_a_newer_try_adopted(runner, caplog):
+    """Try 1's wait times out after try 2 adopted the job (a scheduler reset the task while
+    try 1 still ran): try 1 fails, and try 2's job runs on."""
+    import logging
+
+    sub = submit_or_adopt(runner, job(60), identity(1), base_name="slow")
+    adopted = submit_or_adopt(runner, job(60), identity(2), base_name="slow")
+    assert adopted.ref.name == sub.ref.name
+    progress = Progress(sub.ref.name, 0.0, timeout=1.0)
+    progress.update(runner.status(sub.ref), 0.0)
+    with caplog.at_level(logging.INFO):
+        outcome = finish(runner, sub.ref, progress.verdict(5.0), None, on_finish=OnFinish.KEEP,
+                         log=logging.getLogger("t"), owner_try=1)
+    assert not outcome.ok and "try 2 adopted it" in caplog.text
+    assert not runner.status(sub.ref).terminal
+    runner.stop(sub.ref)

@@ -1,0 +1,113 @@
+"""The start of a task's job, written once for the worker (DLCJobOperator.execute) and the
+triggerer (a task started there, dlc_airflow.airflow.start).
+
+    started = start(request, log, make=make_runner)
+
+does, in this order: which backend and connection, the admin's policy (before anything is
+created), the runner, the secrets masker, submit-or-adopt. `publication` (pure) is what the
+task then publishes about its job: the XCom `dlc_job`, every extra link's URL, and where the
+job is for the notifiers. Errors propagate; each caller turns them into its own failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlc_airflow.airflow.keys import XCOM_REF
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.naming import TaskIdentity
+from dlc_airflow.runner import JobRunner, Log
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.submission import Submission
+
+RunnerFactory = Callable[..., JobRunner]  # make_runner / shared_runner's signature
+
+
+def identity_of(ti: Any, dag_run: Any = None) -> TaskIdentity:
+    """The task instance a job is for (with its run's clear count: a cleared task runs anew)."""
+    return TaskIdentity(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
+                        map_index=ti.map_index if ti.map_index is not None else -1, try_number=ti.try_number,
+                        clear_number=getattr(dag_run, "clear_number", 0) or 0)
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    job: DLCJob  # rendered
+    identity: TaskIdentity
+    backend: str | None  # the task's backend=, None to choose
+    conn_id: str | None  # the task's conn_id=
+    namespace: str | None
+    local_root: str | None
+    base_name: str
+    reuse_succeeded: bool = True
+    recorded: dict[str, Any] | None = None  # the task state store's entry, where there is one
+
+
+@dataclass(frozen=True)
+class Started:
+    submission: Submission
+    runner: JobRunner
+    backend: str
+    conn_id: str
+    extras: dict[str, Any] | None  # the connection's extras (None without a connection)
+    secrets: dict[str, Any] | None  # what a trigger masks (dlc_airflow.secrets.TriggerSecrets)
+
+
+def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = "") -> Started:
+    """See the module docstring; `place` is said in the first log line ("started in the triggerer")."""
+    from dlc_airflow.airflow.policy_source import load_policy
+    from dlc_airflow.airflow.runners import choose_backend, connection_for
+    from dlc_airflow.policy import enforce
+    from dlc_airflow.registry import has_connection
+    from dlc_airflow.secrets import register_job
+    from dlc_airflow.submission import submit_or_adopt
+
+    job = request.job
+    backend, conn_id, why = choose_backend(request.backend, request.conn_id)
+    log.info("DLC %s job on the %s backend (%s; %d replicas: %s)%s", job.type.value, backend, why,
+             job.total_replicas(), ", ".join(f"{r}={v.replicas}" for r, v in job.roles.items()),
+             f", {place}" if place else "")
+    connection, extras = connection_for(backend, conn_id)
+    # the admin's policy, before anything is created (the local backend's too)
+    policy, source = load_policy(conn_id if has_connection(backend) else None, connection)
+    enforce(policy, job, source)
+    runner = make(backend, conn_id, request.namespace, extras=extras, local_root=request.local_root,
+                  connection=connection)
+    # masked before any of the job's logs reach the task log: Airflow sources (read now: a
+    # missing one fails here, before anything is created), secret-looking literals, the
+    # Kubernetes Secrets this identity may read
+    found = register_job(job, runner, log)
+    submission = submit_or_adopt(runner, job, request.identity, base_name=request.base_name,
+                                 reuse_succeeded=request.reuse_succeeded, recorded=request.recorded, log=log)
+    return Started(submission=submission, runner=runner, backend=backend, conn_id=conn_id, extras=extras,
+                   secrets=found.to_dict() if found else None)
+
+
+@dataclass(frozen=True)
+class Publication:
+    xcoms: dict[str, Any]  # {XCom key: value}: the job's whereabouts, every extra link's URL
+    where: dict[str, Any]  # where the job is, for the notifiers (dlc_airflow.airflow.notify)
+
+
+def publication(ref: JobRef, identity: TaskIdentity, conn_id: str, local_root: str | None,
+                extras: dict[str, Any] | None, base_url: str) -> Publication:
+    """What a task publishes about its job once it exists (pure)."""
+    from dlc_airflow.airflow.links import link_urls, links_xcoms
+
+    urls = link_urls(ref, identity.dag_id, identity.run_id, identity.task_id, identity.map_index, extras,
+                     base_url)
+    xcoms = {XCOM_REF: {**ref.to_dict(), "conn_id": conn_id, "local_root": local_root,
+                        "try_number": identity.try_number}, **links_xcoms(urls)}
+    where = {"dag_id": identity.dag_id, "task_id": identity.task_id, "run_id": identity.run_id,
+             "map_index": identity.map_index, "try_number": identity.try_number, "job": ref.name,
+             "backend": ref.backend, "namespace": ref.namespace, "link": urls.get("DLC job report", "")}
+    return Publication(xcoms=xcoms, where=where)
+
+
+def base_url() -> str:
+    """The api-server's URL the report link points at ([api] base_url)."""
+    from airflow.configuration import conf
+
+    return conf.get("api", "base_url", fallback="") or "http://localhost:8080"
