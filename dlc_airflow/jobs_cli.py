@@ -8,9 +8,11 @@ script and delete), through the same runners the operator uses.
     dlc-airflow jobs clone NAME [--set field=value ...] [--name NEW]
     dlc-airflow jobs script NAME [--as yaml|dag]
 
-Where: --backend (default: every Kubernetes backend when a cluster is configured, else
-local), --conn-id (an Airflow connection, as the operator's; default kubernetes_default when
-it exists, else the kubeconfig), --namespace, --local-root. Output: a table, or -o json|yaml.
+Where: --backend (default: every backend configured here: the Kubernetes ones when a cluster
+is, local when no cluster is or --local-root is given, slurm and pai when their default
+connection exists), --conn-id (an Airflow connection, as the operator's; default
+kubernetes_default when it exists, else the kubeconfig), --namespace, --local-root. Output: a
+table, or -o json|yaml.
 """
 
 from __future__ import annotations
@@ -24,12 +26,10 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.registry import entry, has_connection, is_folder
 from dlc_airflow.runner import JobRunner
-
-KUBERNETES = ("native", "jobset", "kubeflow", "trainer", "ray")
 
 
 class CliError(Exception):
@@ -38,17 +38,25 @@ class CliError(Exception):
 
 # -- where the jobs are ---------------------------------------------------------------------
 def runners(args: argparse.Namespace) -> list[JobRunner]:
-    """One runner per backend the command looks at."""
-    from dlc_airflow.airflow.runners import DEFAULT_CONN_ID, choose_backend, make_runner
+    """One runner per backend the command looks at: the one --backend names, else every
+    backend configured here (see the module's docstring)."""
+    from dlc_airflow.airflow.runners import choose_backend, connection_exists, make_runner
+    from dlc_airflow.registry import ENTRIES
 
     if args.backend:
-        names = [args.backend]
-        conn_id = args.conn_id or DEFAULT_CONN_ID
         choose_backend(args.backend, args.conn_id)  # checks the name, and that a named connection exists
-    else:
-        backend, conn_id, _why = choose_backend(None, args.conn_id)
-        names = [backend] if backend == "local" else list(KUBERNETES)
-    return [make_runner(name, conn_id, args.namespace, local_root=args.local_root) for name in names]
+        conn_id = args.conn_id or entry(args.backend).default_conn_id
+        return [make_runner(args.backend, conn_id, args.namespace, local_root=args.local_root)]
+    chosen, conn_id, _why = choose_backend(None, args.conn_id)
+    where: list[tuple[str, str]] = []  # (backend, connection id)
+    for name, known in ENTRIES.items():
+        if known.kubernetes and ENTRIES[chosen].kubernetes:
+            where.append((name, conn_id))
+        elif known.folder and (name == chosen or args.local_root):
+            where.append((name, ""))
+        elif not known.kubernetes and known.connection and connection_exists(known.default_conn_id):
+            where.append((name, known.default_conn_id))
+    return [make_runner(name, conn, args.namespace, local_root=args.local_root) for name, conn in where]
 
 
 def find(args: argparse.Namespace, name: str) -> tuple[JobRunner, JobRef]:
@@ -65,7 +73,15 @@ def find(args: argparse.Namespace, name: str) -> tuple[JobRunner, JobRef]:
 def cmd_list(args: argparse.Namespace) -> Any:
     rows = []
     for runner in runners(args):
-        for info in runner.jobs(dag_id=args.dag, task_id=args.task, run_id=args.run):
+        try:
+            found = runner.jobs(dag_id=args.dag, task_id=args.task, run_id=args.run)
+        except Exception as exc:
+            if args.backend:
+                raise
+            # one unreachable backend among several: list the others, say which was left out
+            print(f"{runner.backend_name}: jobs not listed: {exc}", file=sys.stderr)
+            continue
+        for info in found:
             status = runner.status(info.ref)
             if args.state and status.state.value != args.state.upper():
                 continue
@@ -159,8 +175,8 @@ def cmd_clone(args: argparse.Namespace) -> Any:
                        f"--set {hidden[0]}=...")
     job = parse_job(data, source=f"clone of {ref.name}")
     name = args.name_new or f"{slug(ref.name.rsplit('-', 2)[0], MAX_BASE_NAME - 7)}-{random.getrandbits(24):06x}"
-    if ref.backend != "local":
-        policy, source = load_policy(args.conn_id or DEFAULT_CONN_ID)
+    if has_connection(ref.backend):
+        policy, source = load_policy(args.conn_id or entry(ref.backend).default_conn_id)
     else:
         policy, source = load_policy(None)
     enforce(policy, job, source)
@@ -224,7 +240,7 @@ def dag_snippet(data: dict[str, Any], info: JobInfo) -> str:
     ref = info.ref
     dag_id = info.dag_id or f"{ref.name.replace('-', '_')}_dag"
     task_id = info.task_id.rsplit(".", 1)[-1] if info.task_id else "job"
-    place = "local_root" if ref.backend == "local" else "namespace"
+    place = "local_root" if is_folder(ref.backend) else "namespace"
     where = f'backend="{ref.backend}", {place}="{ref.namespace}"'
     job = pprint.pformat(data, width=100, sort_dicts=False)
     return (

@@ -1,13 +1,16 @@
 """What a wait on a job says and decides, whoever waits (worker, triggerer, sensor).
 
-Pure bookkeeping fed with status updates and the clock: the lines worth logging (state
-changes, restarts, scheduling problems, a heartbeat on long waits) and the verdict:
-finished, queued too long, or out of time. The waiting loops only do the I/O.
+Pure bookkeeping fed with status updates and the clock. One `Progress.step` per turn of a
+wait returns a `Step`: the lines worth logging (state changes, restarts, scheduling problems,
+a heartbeat on long waits), the changes to tell the notifiers, whether to read the job's
+logs and Events now, and the verdict: finished, queued too long, or out of time.
+`Progress.wakeup` says when the next turn is due without news. The waiting loops
+(dlc_airflow.airflow.waiting) only do the I/O a Step asks for.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from dlc_airflow import reasons
@@ -18,6 +21,11 @@ QUEUED_STATES = frozenset({JobState.PENDING, JobState.QUEUED})
 # pull errors, config errors) fails after queue_timeout, or after this long when none is set:
 # long enough for a registry hiccup or a Secret being created, short of a task hanging.
 CANNOT_START_TIMEOUT = 300.0
+# While a job has no replica running, ask this often whether its pods cannot be created
+# (FailedCreate: nothing else reports it; the job just stays pending).
+START_CHECK_EVERY = 10.0
+EVENTS_EVERY = 5.0  # seconds between Event reads while logs are streamed on a clock
+QUIET_WAKEUP = 60.0  # a turn at least this often without news (heartbeat, timeouts)
 
 
 class VerdictKind(str, Enum):
@@ -33,12 +41,39 @@ class Verdict:
     message: str
 
 
+@dataclass(frozen=True)
+class Change:
+    """A status seen, with the one before it (None for the first): what notifiers are told."""
+
+    previous: JobStatus | None
+    status: JobStatus
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one turn of a wait decided; the waiting loop does the I/O it names."""
+
+    info: list[str] = field(default_factory=list)  # lines for the task log
+    warnings: list[str] = field(default_factory=list)  # lines for the task log, as warnings
+    changes: list[Change] = field(default_factory=list)
+    read_logs: bool = False  # copy the job's new log lines into the task log now
+    read_events: bool = False  # and its new Events
+    verdict: Verdict | None = None  # the wait is over
+
+
 class Progress:
     """Tracks one wait. Times are time.monotonic() seconds."""
 
     def __init__(self, job: str, now: float, *, queue_timeout: float | None = None,
-                 timeout: float | None = None, heartbeat: float = 60.0, queued_already: float = 0.0):
+                 timeout: float | None = None, heartbeat: float = 60.0, queued_already: float = 0.0,
+                 stream_logs: bool = False, log_every: float | None = None):
         self.job = job
+        # Logs (and Events) are read at every change and at the end when streamed; with
+        # log_every also on that clock (a worker's wait), else never in between (the
+        # triggerer: a quiet job's logs would cost a request per job per heartbeat).
+        self.stream_logs = stream_logs
+        self.log_every = log_every
+        self.last_logs = self.last_events = self.last_why = float("-inf")
         self.started = now
         self.queue_timeout = queue_timeout
         self.deadline = now + timeout if timeout else None
@@ -48,6 +83,44 @@ class Progress:
         self.queued_since: float | None = now - queued_already
         self.last_said = now
         self.blocked = ""  # why the job cannot start (FailedCreate...), from its events
+
+    def step(self, batch: list[JobStatus], now: float, why: str | None = None) -> Step:
+        """One turn: the statuses that arrived since the last (oldest first), and the reason the
+        job cannot start when one was asked for (`time_to_ask_why`)."""
+        info: list[str] = []
+        changes: list[Change] = []
+        for status in batch:
+            changes.append(Change(self.last, status))
+            info += self.update(status, now)
+        changed = bool(info)
+        if not batch and (beat := self.heartbeat(now)):
+            info.append(beat)  # a line, no logs: see log_every
+        warnings = self.cannot_start(why, now) if why is not None else []
+        verdict = self.verdict(now)
+        news = changed or verdict is not None
+        read_logs = self.stream_logs and (
+            news or (self.log_every is not None and now - self.last_logs >= self.log_every))
+        read_events = read_logs and (news or self.log_every is None or now - self.last_events >= EVENTS_EVERY)
+        if read_logs:
+            self.last_logs = now
+        if read_events:
+            self.last_events = now
+        return Step(info, warnings, changes, read_logs, read_events, verdict)
+
+    def time_to_ask_why(self, now: float) -> bool:
+        """Whether to ask now why a queued job has no replica running (at most every
+        START_CHECK_EVERY); the answer goes to the next `step`."""
+        if not self.starting(now) or now - self.last_why < START_CHECK_EVERY:
+            return False
+        self.last_why = now
+        return True
+
+    def wakeup(self, now: float) -> float:
+        """Seconds until the next turn is due without news."""
+        quiet = self.log_every if self.stream_logs and self.log_every else QUIET_WAKEUP
+        if self.starting(now, after=0.0):
+            quiet = min(quiet, START_CHECK_EVERY)
+        return self.next_wakeup(now, quiet)
 
     def cannot_start(self, why: str, now: float) -> list[str]:
         """Record that the job's pods cannot be created (the controller's event says why)."""

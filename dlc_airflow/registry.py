@@ -8,24 +8,17 @@ what it cannot run and what to use instead).
 
 from __future__ import annotations
 
-from importlib import import_module
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.backends import BACKENDS as KUBERNETES_BACKENDS
 from dlc_airflow.backends import BackendError, get_backend
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.spec import DLCJob
 
 LOCAL = "local"
-
-# name -> "module:Class" of the pure half of the backends that are not on Kubernetes
-OTHER_BACKENDS: dict[str, str] = {
-    LOCAL: "dlc_airflow.local.backend:LocalBackend",
-    "pai": "dlc_airflow.pai.backend:PaiBackend",
-    "slurm": "dlc_airflow.slurm.backend:SlurmBackend",
-}
-
-ALL_BACKENDS: tuple[str, ...] = (*KUBERNETES_BACKENDS, *OTHER_BACKENDS)
 
 
 class PureBackend(Protocol):
@@ -35,32 +28,80 @@ class PureBackend(Protocol):
     def check(self, job: DLCJob) -> None: ...
 
 
+# The pure halves of the backends that are not on Kubernetes, imported when first asked for.
+def _local() -> PureBackend:
+    from dlc_airflow.local.backend import LocalBackend
+
+    return LocalBackend()
+
+
+def _pai() -> PureBackend:
+    from dlc_airflow.pai.backend import PaiBackend
+
+    return PaiBackend()
+
+
+def _slurm() -> PureBackend:
+    from dlc_airflow.slurm.backend import SlurmBackend
+
+    return SlurmBackend()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the code around a backend needs to know of it, by name."""
+
+    name: str
+    pure: Callable[[], PureBackend]
+    kubernetes: bool = False
+    # reaches its jobs through an Airflow connection (all but local, whose jobs are
+    # processes of this host)
+    connection: bool = True
+    # its jobs live in a folder of this host (a JobRef's namespace is then the job root)
+    folder: bool = False
+    # the connection id used when a task or the jobs CLI names none (the pai and slurm
+    # packages define theirs; tests/unit/test_registry.py checks they agree)
+    default_conn_id: str = DEFAULT_CONN_ID
+
+
+def _kubernetes(name: str) -> Entry:
+    return Entry(name, lambda: get_backend(name), kubernetes=True)
+
+
+ENTRIES: dict[str, Entry] = {
+    **{name: _kubernetes(name) for name in KUBERNETES_BACKENDS},
+    LOCAL: Entry(LOCAL, _local, connection=False, folder=True, default_conn_id=""),
+    "pai": Entry("pai", _pai, default_conn_id="pai_default"),
+    "slurm": Entry("slurm", _slurm, default_conn_id="slurm_default"),
+}
+ALL_BACKENDS: tuple[str, ...] = tuple(ENTRIES)
+
+
+def entry(name: str) -> Entry:
+    """The registry's entry for backend `name` (exactly as spelled); BackendError if none."""
+    return ENTRIES[check_backend_name(name)]
+
+
 def is_kubernetes(name: str) -> bool:
     return name in KUBERNETES_BACKENDS
 
 
 def has_connection(name: str) -> bool:
-    """Whether backend `name` reaches its jobs through an Airflow connection (all but local,
-    whose jobs are processes of this host)."""
-    return name != LOCAL
+    """Whether backend `name` reaches its jobs through an Airflow connection."""
+    return entry(name).connection
 
 
 def is_folder(name: str) -> bool:
-    """Whether backend `name`'s jobs live in a folder of this host (a JobRef's namespace is
-    then the job root)."""
-    return name == LOCAL
+    """Whether backend `name`'s jobs live in a folder of this host."""
+    return entry(name).folder
 
 
 def pure_backend(name: str) -> PureBackend:
     """The pure half of backend `name`; BackendError for an unknown one, listing them all."""
     key = name.strip().lower() if isinstance(name, str) else name
-    if key in KUBERNETES_BACKENDS:
-        return get_backend(key)
-    if key in OTHER_BACKENDS:
-        module, _, cls = OTHER_BACKENDS[key].partition(":")
-        backend: PureBackend = getattr(import_module(module), cls)()
-        return backend
-    raise BackendError(f"unknown backend {name!r}: choose one of {', '.join(ALL_BACKENDS)}")
+    if key not in ENTRIES:
+        raise BackendError(f"unknown backend {name!r}: choose one of {', '.join(ALL_BACKENDS)}")
+    return ENTRIES[key].pure()
 
 
 def check_backend_name(name: str) -> str:

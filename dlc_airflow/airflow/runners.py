@@ -7,25 +7,37 @@ from __future__ import annotations
 
 import os
 import threading
-from importlib import import_module
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.local.jobrunner import LOCAL, LocalJobRunner
-from dlc_airflow.registry import ALL_BACKENDS, check_backend_name, has_connection, is_kubernetes
+from dlc_airflow.registry import ALL_BACKENDS, check_backend_name, has_connection, is_folder, is_kubernetes
 from dlc_airflow.runner import JobRunner
 
 BACKENDS = ALL_BACKENDS
 
-# Backends that are neither on Kubernetes nor local: "module:function" building the runner
-# from (conn_id, namespace, connection) - connection is the Airflow Connection when the
-# caller has read it already (the triggerer reads it asynchronously), else None.
-RUNNER_FACTORIES: dict[str, str] = {
-    "pai": "dlc_airflow.pai.runner:make_runner",
-    "slurm": "dlc_airflow.slurm.runner:make_runner",
-}
+# Backends that are neither on Kubernetes nor local: the runner from (conn_id, namespace,
+# connection) - connection is the Airflow Connection when the caller has read it already
+# (the triggerer reads it asynchronously), else None. Imported when used; typed, so mypy
+# checks each runner against the JobRunner Protocol.
+RunnerFactory = Callable[[str, "str | None", Any], JobRunner]
 
+
+def _pai_runner(conn_id: str, namespace: str | None, connection: Any) -> JobRunner:
+    from dlc_airflow.pai.runner import make_runner as make
+
+    return make(conn_id, namespace, connection)
+
+
+def _slurm_runner(conn_id: str, namespace: str | None, connection: Any) -> JobRunner:
+    from dlc_airflow.slurm.runner import make_runner as make
+
+    return make(conn_id, namespace, connection)
+
+
+RUNNER_FACTORIES: dict[str, RunnerFactory] = {"pai": _pai_runner, "slurm": _slurm_runner}
 
 
 class NoSuchConnection(ValueError):
@@ -92,12 +104,10 @@ def connection_for(backend: str, conn_id: str) -> tuple[Any | None, dict[str, An
 
 def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: dict | None = None,
                 local_root: str | None = None, connection: Any | None = None) -> JobRunner:
-    if backend == LOCAL:
+    if is_folder(backend):
         return LocalJobRunner(local_root)
     if not is_kubernetes(backend):
-        module, _, func = RUNNER_FACTORIES[backend].partition(":")
-        runner: JobRunner = getattr(import_module(module), func)(conn_id, namespace, connection)
-        return runner
+        return RUNNER_FACTORIES[backend](conn_id, namespace, connection)
     from dlc_airflow.airflow.kubeconn import KubeConnection
     from dlc_airflow.backends import get_backend
     from dlc_airflow.k8s.runner import KubeRunner

@@ -126,7 +126,7 @@ class DLCJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from dlc_airflow.airflow.start import StartError
-        from dlc_airflow.airflow.waiting import START_CHECK_EVERY, LogCursor, why_not_started
+        from dlc_airflow.airflow.waiting import Update, WaitIO
 
         try:
             ref, runner = await self._begin()
@@ -139,11 +139,12 @@ class DLCJobTrigger(BaseTrigger):
         # (and its messages: "within timeout (30m)") count from there
         elapsed = max(0.0, time.time() - self.queued_since) if self.queued_since else 0.0
         timeout = self.deadline - (self.queued_since or time.time()) if self.deadline else None
-        progress = Progress(ref.name, time.monotonic() - elapsed, queue_timeout=self.queue_timeout, timeout=timeout)
-        cursor = LogCursor()
+        progress = Progress(ref.name, time.monotonic() - elapsed, queue_timeout=self.queue_timeout,
+                            timeout=timeout, stream_logs=self.stream_logs)
         notifications = Notifications.from_dict(self.notify)
+        wait = WaitIO(runner, ref, self.log, progress, notifications.on_change if notifications else None)
         loop = asyncio.get_running_loop()
-        updates: asyncio.Queue = asyncio.Queue()
+        updates: asyncio.Queue[Update] = asyncio.Queue()
         follower = runner.follow(ref)
 
         def on_status(status: JobStatus, pods: list[dict]) -> None:  # in the follower's thread
@@ -151,44 +152,23 @@ class DLCJobTrigger(BaseTrigger):
 
         await blocking(follower.start, on_status)
         self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.namespace)
-        pods: list[dict] = []
-        last_start_check = 0.0
         try:
             while True:
-                now = time.monotonic()
-                changed = False
-                quiet = START_CHECK_EVERY if progress.starting(now, after=0.0) else 60.0
+                batch: list[Update] = []
                 try:
-                    status, pods = await asyncio.wait_for(updates.get(), progress.next_wakeup(now, quiet))
-                    batch = [(status, pods)]
+                    batch.append(await asyncio.wait_for(updates.get(), progress.wakeup(time.monotonic())))
                     while not updates.empty():
                         batch.append(updates.get_nowait())
-                    now = time.monotonic()
-                    for status, pods in batch:  # noqa: B007 - the newest pods are used below
-                        previous = progress.last
-                        for line in progress.update(status, now):
-                            self.log.info("%s", line)
-                            changed = True
-                        if notifications is not None:
-                            await blocking(notifications.on_change, previous, status)
                 except TimeoutError:
-                    if beat := progress.heartbeat(now):
-                        # a line, no logs: a quiet job's logs are read when it changes or ends
-                        # (reading them on every heartbeat is a request per job per minute)
-                        self.log.info("%s", beat)
-                if progress.starting(now) and now - last_start_check >= START_CHECK_EVERY:
-                    last_start_check = now
-                    why = await blocking(why_not_started, runner, ref, self.log)  # the Event watch's cache
-                    for line in progress.cannot_start(why, now):
-                        self.log.warning("%s", line)
-                verdict = progress.verdict(now)
-                if self.stream_logs and (changed or verdict):
-                    await blocking(cursor.emit, runner, ref, self.log, pods or None)
+                    pass  # a turn without news: heartbeat, timeouts, why a job cannot start
+                # the turn's reads (logs, Events) come from the shared watches' caches or are
+                # blocking requests: off the loop
+                verdict = await blocking(wait.turn, batch, time.monotonic())
                 if verdict is None:
                     continue
                 # The triggerer cannot reach the task state store (Airflow 3.3): the worker
                 # records the job when it defers, and the result when it resumes.
-                outcome = await blocking(finish, runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish),
+                outcome = await blocking(finish, runner, ref, verdict, wait.pods, on_finish=OnFinish(self.on_finish),
                                          log=self.log, owner_try=self.try_number)
                 if notifications is not None:
                     await blocking(notifications.final, outcome.ok, verdict.status, outcome.error)

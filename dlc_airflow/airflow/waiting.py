@@ -1,8 +1,10 @@
-"""Waiting on a job: the in-process loop (worker, sensor) and what a finished wait returns.
+"""Waiting on a job: the I/O of a wait's turn, and the in-process loop (worker, sensor).
 
-The trigger (trigger.py) runs the same steps asynchronously; both feed a Progress with the
-follower's status updates and stream the job's pod logs and Kubernetes Events into the
-task log, each line prefixed with its replica (`[worker-1] ...`).
+`Progress.step` (dlc_airflow.progress) decides each turn; `WaitIO.turn` does what it asks,
+for the worker's loop below and the triggerer's (trigger.py) alike: log its lines, tell
+the notifiers, ask the controller why a job cannot start, and copy the job's pod logs and
+Kubernetes Events into the task log, each line prefixed with its replica (`[worker-1] ...`).
+The two loops differ only in how statuses arrive (a thread's condition, an asyncio queue).
 """
 
 from __future__ import annotations
@@ -19,11 +21,7 @@ from dlc_airflow.progress import Progress, Verdict
 from dlc_airflow.runner import JobRunner, Log
 from dlc_airflow.status import JobStatus
 
-LOG_EVERY = 2.0  # seconds between log fetches while a job runs (sync waits)
-EVENTS_EVERY = 5.0
-# While a job has no replica running, ask this often whether its pods cannot be created
-# (FailedCreate: nothing else reports it; the job just stays pending).
-START_CHECK_EVERY = 10.0
+LOG_EVERY = 2.0  # seconds between log fetches while a job runs (a worker's wait)
 # Logs of at most this many replicas go to the task log (rank 0 first; failed pods always):
 # 64 interleaved worker logs help nobody and cost a request each.
 LOG_REPLICAS = 4
@@ -94,55 +92,63 @@ def event_time(event: dict) -> str:
 
 
 OnChange = Callable[[JobStatus | None, JobStatus], None]  # (previous status, new status)
+Update = tuple[JobStatus, list[dict]]  # what a follower reports: the status and the job's pods
+
+
+@dataclass
+class WaitIO:
+    """The I/O of one wait: does what each Step of its Progress asks."""
+
+    runner: JobRunner
+    ref: JobRef
+    log: Log
+    progress: Progress
+    on_change: OnChange | None = None
+    cursor: LogCursor = field(default_factory=LogCursor)
+    pods: list[dict] = field(default_factory=list)  # the newest the follower reported
+
+    def turn(self, batch: list[Update], now: float) -> Verdict | None:
+        """One turn with the updates that arrived since the last; the verdict when the wait is over."""
+        if batch:
+            self.pods = batch[-1][1]
+        why = why_not_started(self.runner, self.ref, self.log) if self.progress.time_to_ask_why(now) else None
+        step = self.progress.step([status for status, _ in batch], now, why=why)
+        for line in step.info:
+            self.log.info("%s", line)
+        for line in step.warnings:
+            self.log.warning("%s", line)
+        if self.on_change is not None:
+            for change in step.changes:
+                self.on_change(change.previous, change.status)
+        if step.read_logs:
+            self.cursor.emit(self.runner, self.ref, self.log, self.pods or None, events=step.read_events)
+        return step.verdict
 
 
 def wait_sync(runner: JobRunner, ref: JobRef, log: Log, *, queue_timeout: float | None,
               timeout: float | None, stream_logs: bool, on_change: OnChange | None = None) -> tuple[Verdict, list[dict]]:
     """Follow the job until a verdict; logs progress (and the job's logs) on the way, and tells
     `on_change` every status it sees (notifications)."""
-    progress = Progress(ref.name, time.monotonic(), queue_timeout=queue_timeout, timeout=timeout)
-    cursor = LogCursor()
-    updates: list[tuple[JobStatus, list[dict]]] = []
+    progress = Progress(ref.name, time.monotonic(), queue_timeout=queue_timeout, timeout=timeout,
+                        stream_logs=stream_logs, log_every=LOG_EVERY)
+    wait = WaitIO(runner, ref, log, progress, on_change)
+    updates: list[Update] = []
     arrived = threading.Condition()
 
-    def on_status(status: JobStatus, pods: list[dict]) -> None:
+    def on_status(status: JobStatus, pods: list[dict]) -> None:  # in the follower's thread
         with arrived:
             updates.append((status, pods))
             arrived.notify()
 
     follower = runner.follow(ref)
     follower.start(on_status)
-    pods: list[dict] = []
-    last_logs = last_events = last_start_check = 0.0
     try:
         while True:
-            now = time.monotonic()
             with arrived:
                 if not updates:
-                    arrived.wait(progress.next_wakeup(now, LOG_EVERY if stream_logs else 30.0))
+                    arrived.wait(progress.wakeup(time.monotonic()))
                 batch, updates[:] = list(updates), []
-            now = time.monotonic()
-            changed = False
-            for status, pods in batch:  # noqa: B007 - the newest pods are used below
-                previous = progress.last
-                for line in progress.update(status, now):
-                    log.info("%s", line)
-                    changed = True
-                if on_change is not None:
-                    on_change(previous, status)
-            if not batch and (beat := progress.heartbeat(now)):
-                log.info("%s", beat)
-            if progress.starting(now) and now - last_start_check >= START_CHECK_EVERY:
-                last_start_check = now
-                for line in progress.cannot_start(why_not_started(runner, ref, log), now):
-                    log.warning("%s", line)
-            verdict = progress.verdict(now)
-            if stream_logs and (changed or verdict or now - last_logs >= LOG_EVERY):
-                with_events = changed or verdict is not None or now - last_events >= EVENTS_EVERY
-                cursor.emit(runner, ref, log, pods or None, events=with_events)
-                last_logs = now
-                last_events = now if with_events else last_events
-            if verdict:
-                return verdict, pods
+            if verdict := wait.turn(batch, time.monotonic()):
+                return verdict, wait.pods
     finally:
         follower.close()

@@ -87,8 +87,7 @@ class LocalJobRunner:
         return []  # the supervisor ends every replica when the job ends
 
     def stop(self, ref: JobRef) -> int:
-        self.local.stop(ref.name)
-        return 1
+        return 1 if self.local.stop(ref.name) else 0
 
     def delete(self, ref: JobRef) -> None:
         self.local.delete(ref.name)

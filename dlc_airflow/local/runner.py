@@ -318,14 +318,15 @@ class LocalRunner:
         return final
 
     # -- stop / delete ----------------------------------------------------------------
-    def stop(self, name: str, reason: str = reasons.STOPPED) -> None:
+    def stop(self, name: str, reason: str = reasons.STOPPED) -> bool:
         """Kill every replica's process group (SIGTERM, SIGKILL after grace); final STOPPED.
 
-        Idempotent; a job that already ended keeps its final state.
+        Idempotent; a job that already ended keeps its final state. True when this call
+        stopped it, False when it was gone or had ended already.
         """
         jobdir = self._dir(name)
         if not jobdir.is_dir() or self.status(name).terminal:
-            return
+            return False
         layout.write_json(jobdir / layout.STOP, {"reason": reason, "grace": self.grace_seconds})
         identity = layout.read_json(jobdir / layout.SUPERVISOR, None) or {}
         pid, started = int(identity.get("pid") or 0), identity.get("start")
@@ -340,7 +341,7 @@ class LocalRunner:
                 if child is not None:
                     child.poll()
                 if JobStatus.model_validate(self._state(jobdir)).terminal:
-                    return
+                    return True  # the supervisor wrote STOPPED
                 if not procs.alive(pid, started):
                     break
                 time.sleep(0.02)
@@ -351,9 +352,10 @@ class LocalRunner:
                     pass
         data = self._state(jobdir)
         if JobStatus.model_validate(data).terminal:
-            return
+            return True  # the supervisor wrote STOPPED as it went
         self._kill_replicas(data, grace=self.grace_seconds)
         self._write_final(jobdir, JobState.STOPPED, reason, f"stopped: {reason}")
+        return True
 
     def delete(self, name: str) -> None:
         """Stop the job if it runs, then remove its folder."""

@@ -22,7 +22,7 @@ import math
 import re
 import shlex
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.backends.base import BackendError
@@ -99,8 +99,8 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 class PaiBackend:
     """The pure half the registry knows (`name`, `job_types`, `check`)."""
 
-    name = NAME
-    job_types: frozenset[JobType] = frozenset(JOB_TYPE_MAP)
+    name: ClassVar[str] = NAME
+    job_types: ClassVar[frozenset[JobType]] = frozenset(JOB_TYPE_MAP)
 
     def check(self, job: DLCJob) -> None:
         check(job)

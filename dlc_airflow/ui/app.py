@@ -64,9 +64,10 @@ def _xcoms(dag_id: str | None, run_id: str | None, key: str, task_suffix: str | 
 
 def _runner(data: dict[str, Any]) -> Any:
     from dlc_airflow.airflow.runners import DEFAULT_CONN_ID, make_runner
+    from dlc_airflow.registry import is_folder
 
     backend = data["backend"]
-    if backend == "local":
+    if is_folder(backend):
         return make_runner(backend, DEFAULT_CONN_ID, None, local_root=data.get("local_root") or data["namespace"])
     return make_runner(backend, data.get("conn_id") or DEFAULT_CONN_ID, data["namespace"])
 

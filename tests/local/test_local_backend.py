@@ -318,12 +318,12 @@ def test_stop_kills_the_whole_process_group(runner, tmp_path):
     assert procs.alive(child) and procs.alive(grandchild)
     sup = supervisor_pid(runner, "stop-me")
 
-    runner.stop("stop-me", reason="TaskKilled")
+    assert runner.stop("stop-me", reason="TaskKilled") is True
     status = runner.status("stop-me")
     assert (status.state, status.reason) == (JobState.STOPPED, "TaskKilled")
     wait_for(lambda: not procs.alive(child) and not procs.alive(grandchild), 5, "both to die")
     wait_for(lambda: not procs.alive(sup), 5, "the supervisor to exit")
-    runner.stop("stop-me", reason="again")  # idempotent: keeps the first final state
+    assert runner.stop("stop-me", reason="again") is False  # idempotent: keeps the first final state
     assert runner.status("stop-me").reason == "TaskKilled"
 
 
@@ -403,7 +403,7 @@ def test_supervisor_killed_means_supervisor_lost(runner, tmp_path):
 
 def test_missing_job_is_stopped_not_found_and_delete_removes(runner):
     assert (runner.status("nope").state, runner.status("nope").reason) == (JobState.STOPPED, "NotFound")
-    runner.stop("nope")  # no error
+    assert runner.stop("nope") is False  # no error
     job = DLCJob(image="local", command=[PY, "-c", "import time; time.sleep(300)"])
     runner.submit(job, "delete-me", labels())
     wait(runner, "delete-me", states={JobState.RUNNING})

@@ -105,3 +105,75 @@ def test_image_pull_errors_make_a_job_queued_cannot_start():
     p.update(status("QUEUED", reason="CannotStart", message="pod p container main: ImagePullBackOff: x"), 1.0)
     assert p.queue_limit() == CANNOT_START_TIMEOUT
     assert p.verdict(CANNOT_START_TIMEOUT).message.endswith("ImagePullBackOff: x")
+
+
+# One turn of a wait (Progress.step): what the worker's and the triggerer's loops both act on.
+
+def test_a_step_logs_changes_tells_every_status_and_reads_logs_at_changes():
+    p = Progress("job-1", now=0.0, stream_logs=True)  # the triggerer's shape: logs at changes only
+    first, same = status("PENDING"), status("PENDING")
+    step = p.step([first, same], 1.0)
+    assert step.info == ["job job-1: PENDING [worker 0 active/0 ok/0 failed of 2]"]
+    assert [(c.previous, c.status) for c in step.changes] == [(None, first), (first, same)]
+    assert step.read_logs and step.read_events and step.verdict is None
+    quiet = p.step([], 2.0)  # no news: nothing to read, no heartbeat yet
+    assert quiet == type(quiet)() and not quiet.read_logs
+    done = p.step([status("SUCCEEDED")], 3.0)
+    assert done.read_logs and done.verdict is not None and done.verdict.kind == "finished"
+
+
+def test_a_step_without_news_is_a_heartbeat_without_reading_logs():
+    p = Progress("job-1", now=0.0, heartbeat=60, stream_logs=True)
+    p.step([status("RUNNING", active=2)], 1.0)
+    step = p.step([], 62.0)
+    assert step.info == ["job job-1: still RUNNING [worker 2 active/0 ok/0 failed of 2] after 62s"]
+    assert not step.read_logs and step.changes == []
+
+
+def test_a_workers_wait_reads_logs_on_a_clock_and_events_less_often():
+    from dlc_airflow.progress import EVENTS_EVERY
+
+    p = Progress("job-1", now=0.0, stream_logs=True, log_every=2.0)
+    p.step([status("RUNNING", active=2)], 0.0)
+    assert not p.step([], 1.0).read_logs
+    logs_only = p.step([], 2.0)
+    assert logs_only.read_logs and not logs_only.read_events
+    later = p.step([], EVENTS_EVERY + 0.5)
+    assert later.read_logs and later.read_events
+
+
+def test_no_logs_are_read_when_not_streamed_even_at_the_end():
+    p = Progress("job-1", now=0.0, log_every=2.0)
+    assert not p.step([status("RUNNING", active=2)], 0.0).read_logs
+    end = p.step([status("FAILED", reason="Error", message="exit 3")], 5.0)
+    assert not end.read_logs and end.verdict is not None and "exit 3" in end.verdict.message
+
+
+def test_why_a_job_cannot_start_is_asked_at_most_every_start_check_and_said_once():
+    from dlc_airflow.progress import START_CHECK_EVERY
+
+    p = Progress("job-1", now=0.0, queue_timeout=60)
+    p.step([status("PENDING")], 0.0)
+    assert not p.time_to_ask_why(4.0)  # a moment to start first
+    assert p.time_to_ask_why(5.0) and not p.time_to_ask_why(5.0 + START_CHECK_EVERY - 1)
+    why = "Job job-1-worker: pods \"x\" is forbidden: quota"
+    step = p.step([], 6.0, why=why)
+    assert step.warnings == [f"job job-1: cannot start: {why}"] and step.verdict is None
+    assert p.step([], 7.0, why=why).warnings == []  # said once
+    assert "could not start within queue_timeout (60s)" in p.step([], 60.0).verdict.message
+    p2 = Progress("job-2", now=0.0)
+    p2.step([status("RUNNING", active=2)], 0.0)
+    assert not p2.time_to_ask_why(100.0)  # running: nothing to ask
+
+
+def test_the_next_turn_is_due_sooner_while_a_job_has_not_started():
+    from dlc_airflow.progress import QUIET_WAKEUP, START_CHECK_EVERY
+
+    p = Progress("job-1", now=0.0, heartbeat=3600)
+    p.step([status("PENDING")], 0.0)
+    assert p.wakeup(1.0) == START_CHECK_EVERY
+    p.step([status("RUNNING", active=2)], 2.0)
+    assert p.wakeup(3.0) == QUIET_WAKEUP
+    streaming = Progress("job-2", now=0.0, heartbeat=3600, stream_logs=True, log_every=2.0)
+    streaming.step([status("RUNNING", active=2)], 0.0)
+    assert streaming.wakeup(0.5) == 2.0
