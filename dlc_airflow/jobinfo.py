@@ -65,7 +65,7 @@ class Replica:
 
 def replicas_from_pods(pods: list[dict]) -> list[Replica]:
     """The replicas of Kubernetes-shaped pods, coordinator first, then by role and index."""
-    from dlc_airflow.k8s.runner import replica_name, replica_order
+    from dlc_airflow.k8s.pods import replica_name, replica_order
 
     found = []
     for pod in sorted(pods, key=replica_order):

@@ -75,7 +75,7 @@ def log_pods(pods: list[dict] | None) -> list[dict] | None:
     """The pods whose logs are streamed: the first LOG_REPLICAS by replica, and failed ones."""
     if not pods:
         return pods
-    from dlc_airflow.k8s.runner import replica_order
+    from dlc_airflow.k8s.pods import replica_order
 
     ranked = sorted(pods, key=replica_order)
     failed = [p for p in ranked[LOG_REPLICAS:] if p.get("status", {}).get("phase") == "Failed"]

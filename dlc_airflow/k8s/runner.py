@@ -22,13 +22,13 @@ from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of, replicas_from_pods
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError, NotFound
 from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, WORKLOAD, ResourceKind, kind_of
+from dlc_airflow.k8s.pods import rank_key, replica_name
 from dlc_airflow.k8s.waiter import JobWaiter
 from dlc_airflow.k8s.watch import REGISTRY, JobObjects
 from dlc_airflow.naming import (
     LABEL_ATTEMPT,
     LABEL_DAG,
     LABEL_JOB,
-    LABEL_ROLE,
     LABEL_RUN,
     LABEL_TASK,
     LABEL_TASK_KEY,
@@ -47,7 +47,6 @@ from dlc_airflow.status import JobStatus, parse_time
 
 log = logging.getLogger(__name__)
 
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 # Which task try owns the job now: the try that created it (label dlc-airflow/try) or a
@@ -313,7 +312,7 @@ class KubeRunner:
         """What the job reported through dlc_airflow.runtime (the containers' termination
         messages): {"metrics": {...}, "outputs": {...}}; the coordinator replica wins."""
         merged: dict[str, dict] = {"metrics": {}, "outputs": {}}
-        ordered = sorted(pods if pods is not None else self.pods(ref), key=_rank_key, reverse=True)
+        ordered = sorted(pods if pods is not None else self.pods(ref), key=rank_key, reverse=True)
         for pod in ordered:
             message = termination_message(pod)
             if not message:
@@ -373,31 +372,6 @@ def _owned_by(obj: dict, owner: dict) -> dict:
         "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"],
     }]
     return obj
-
-
-def replica_name(pod: dict) -> str:
-    """`<role>-<index>` of a pod, for log prefixes."""
-    meta = pod.get("metadata", {})
-    labels, annotations = meta.get("labels", {}), meta.get("annotations", {})
-    role = (labels.get(LABEL_ROLE) or labels.get("training.kubeflow.org/replica-type")
-            or labels.get("ray.io/node-type") or "pod")
-    index = (annotations.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX)
-             or labels.get("training.kubeflow.org/replica-index"))
-    return f"{role.lower()}-{index}" if index is not None else meta.get("name", role)
-
-
-def replica_order(pod: dict) -> tuple[int, int, str]:
-    """Coordinator replicas first, then by index: rank 0 is the first pod."""
-    coordinator, index = _rank_key(pod)
-    return (-coordinator, -index, replica_name(pod))
-
-
-def _rank_key(pod: dict) -> tuple[int, int]:
-    role = pod.get("metadata", {}).get("labels", {}).get(LABEL_ROLE, "")
-    index = int(pod.get("metadata", {}).get("annotations", {}).get(COMPLETION_INDEX, "0") or 0)
-    coordinator = role in ("master", "chief", "launcher", "head")
-    # sorted(reverse=True): workers first, the coordinator's index 0 last (so it wins)
-    return (1 if coordinator else 0, -index)
 
 
 def _main_container(pod: dict) -> str:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.backends.base import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.pods import COMPLETION_INDEX  # the annotation the waits read a pod's index from
 from dlc_airflow.spec import CSIMount, DLCJob, NFSMount, is_templated
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, parse_time
 
@@ -92,8 +93,6 @@ CUSTOM_ROLE = naming.PREFIX + "role"
 DATA_URI = ("oss://", "nas://", "cpfs://", "bmcpfs://")
 OSS_CSI = "ossplugin.csi.alibabacloud.com"
 HOSTNAME_INDEX = "${HOSTNAME##*-}"  # DLC pods are named <job>-<role>-<index>
-# the annotation the waits read a pod's index from (dlc_airflow.k8s.runner.replica_order)
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 class PaiBackend:
