@@ -108,7 +108,17 @@ def test_every_terminal_state_survives_drops_errors_and_410(cluster, namespace):
 
         stop = threading.Event()
 
+        def gone_seen() -> bool:
+            return proxy.gone > 0 and sum(w.stats.gone for w in registry.watches().values()) > 0
+
         def chaos():
+            # first every watch request is answered 410 until one is handled: the random phases
+            # below may send none (the watches back off through the blackouts)
+            proxy.set(only_watches=True, gone_share=1.0)
+            proxy.drop_connections()
+            deadline = time.monotonic() + 60
+            while not gone_seen() and time.monotonic() < deadline and not stop.is_set():
+                time.sleep(0.1)
             while not stop.is_set():
                 proxy.set(error_share=0.3, error_status=503, gone_share=0.3)
                 time.sleep(0.7)
@@ -131,10 +141,12 @@ def test_every_terminal_state_survives_drops_errors_and_410(cluster, namespace):
         assert recorders[failed_ref.name].states[-1] == JobState.FAILED
         assert recorders[doomed.name].states[-1] == JobState.STOPPED
         stats = [w.stats for w in registry.watches().values()]
-        assert proxy.gone > 0 and sum(s.gone for s in stats) > 0  # 410s were really handled
+        assert gone_seen()  # 410s were really handled
         assert sum(s.errors for s in stats) > 0  # and broken connections
         for waiter in waiters:
             waiter.close()
+        for watch in registry.watches().values():
+            watch.stop()  # before the proxy goes: no thread left logging after the test
 
 
 def test_real_410_for_an_expired_resource_version(kube):

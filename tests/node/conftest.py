@@ -1,0 +1,25 @@
+"""Tests that run real containers on the local cluster's real node (scripts/k8s-node).
+
+They check what the workload did (an all_reduce result, files written, a commit cloned, a
+termination message, an OOM kill), never only a phase. In CI a missing node fails them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import IN_CI
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster):
+    from tests.support.realnode import NodeUnavailable, check_node, runtime_image
+
+    try:
+        check_node(cluster.admin())
+        image = runtime_image()
+    except NodeUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true and no real node: {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    return image
