@@ -293,6 +293,8 @@ def pod_failure(pods: list[dict] | None) -> str:
                     extra = [v for v in (term.get("reason"), term.get("message")) if v]
                     if extra:
                         text += f" ({': '.join(str(v).strip() for v in extra)})"
+                    if term.get("reason") == OOM_KILLED:
+                        text += f": {out_of_memory(pod, cs.get('name', ''))}"
                     candidates.append((failed_pod, str(term.get("finishedAt") or ""), text))
         if failed_pod and status.get("reason") and not any(c[2].startswith(f"pod {meta.get('name')}") for c in candidates):
             # Evicted, DeadlineExceeded...: the pod failed without a container exit code.
@@ -304,6 +306,24 @@ def pod_failure(pods: list[dict] | None) -> str:
         return ""
     candidates.sort(key=lambda c: (c[0], c[1]))
     return candidates[-1][2]
+
+
+OOM_KILLED = "OOMKilled"
+
+
+def out_of_memory(pod: dict, container: str) -> str:
+    """What an OOM kill means, in the words of the spec: the limit, and what to raise."""
+    containers = ((pod.get("spec") or {}).get("containers") or []) + ((pod.get("spec") or {}).get("initContainers") or [])
+    limit = next((((c.get("resources") or {}).get("limits") or {}).get("memory") for c in containers
+                  if c.get("name") == container), None)
+    used = f"its memory limit ({limit})" if limit else "the memory it may use"
+    return f"it ran out of memory: the kernel killed it for using more than {used}; raise resources.memory"
+
+
+def ran(pod: dict) -> bool:
+    """The pod's containers started (it runs, or ran to success): its job is past PENDING,
+    whatever its controller's counts say in the moment before they catch up."""
+    return (pod.get("status") or {}).get("phase") in ("Running", "Succeeded")
 
 
 def pod_role_counts(pods: list[dict] | None) -> dict[str, RoleCounts]:
@@ -373,6 +393,7 @@ def apply_pods(status: JobStatus, pods: list[dict] | None) -> JobStatus:
     - a live job with a pod whose containers cannot start (image pull, config error) is
       QUEUED, reason CannotStart, with the kubelet's message (failed after queue_timeout, or
       a default when none is set: progress.CANNOT_START_TIMEOUT);
+    - a PENDING job with a pod that runs or ran is RUNNING;
     - a failed job's message gains the failing container's exit code and reason.
     """
     if not pods:
@@ -387,6 +408,10 @@ def apply_pods(status: JobStatus, pods: list[dict] | None) -> JobStatus:
             return status.model_copy(
                 update={"state": JobState.QUEUED, "reason": reasons.CANNOT_START, "message": blocked}
             )
+        if status.state is JobState.PENDING and any(ran(pod) for pod in pods):
+            # a replica that finished leaves the Job's active-but-not-ready count behind it
+            # for a moment: the job did not go back to pending
+            return status.model_copy(update={"state": JobState.RUNNING, "reason": reasons.RUNNING})
     if status.state is JobState.FAILED:
         detail = pod_failure(pods)
         if detail and detail not in status.message:

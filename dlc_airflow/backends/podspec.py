@@ -287,6 +287,16 @@ _CLONE_SCRIPT = (
 )
 
 
+def git_safe_directory(job: DLCJob) -> dict[str, str]:
+    """Git config (by env, git >= 2.31) that trusts the cloned code's folder: the emptyDir
+    under it belongs to root, the clone and the job run as the image's user, and git refuses
+    a repository owned by another user ("dubious ownership") - in the clone's checkout and in
+    the job's own git commands alike. Left out when the job sets git config by env itself."""
+    if job.code is None or "GIT_CONFIG_COUNT" in job.env:
+        return {}
+    return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": job.code.mount_path}
+
+
 def clone_container(job: DLCJob, mounts: list[dict]) -> dict | None:
     """Init container cloning job.code into its emptyDir (mounted in every container)."""
     code = job.code
@@ -296,6 +306,7 @@ def clone_container(job: DLCJob, mounts: list[dict]) -> dict | None:
         {"name": "DLC_GIT_REPO", "value": code.repo},
         {"name": "DLC_GIT_REVISION", "value": code.revision},
         {"name": "DLC_CODE_DIR", "value": code.mount_path},
+        *({"name": k, "value": v} for k, v in git_safe_directory(job).items()),
     ]
     if code.secret_name:
         for var, key in (("GIT_USERNAME", "username"), ("GIT_PASSWORD", "password")):
@@ -306,6 +317,9 @@ def clone_container(job: DLCJob, mounts: list[dict]) -> dict | None:
         "command": ["/bin/sh", "-c", _CLONE_SCRIPT],
         "env": env,
         "volumeMounts": [m for m in mounts if m["name"] == "code"],
+        # a failed clone's last lines (git's own error) become its termination message,
+        # which the task's failure names
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 
@@ -345,7 +359,7 @@ def pod_template(
             f"{SHM_PATH} or a hostfile?): move the storage mount"
         )
 
-    entries, exports = env_and_exports({**env, "DLC_OUTPUT_FILE": OUTPUT_FILE}, index)
+    entries, exports = env_and_exports({**git_safe_directory(job), **env, "DLC_OUTPUT_FILE": OUTPUT_FILE}, index)
     container: dict = {"name": container_name, "image": job.role_image(role)}
     if run_command:
         container["command"] = wrap_command(job.role_command(role), exports)

@@ -23,3 +23,8 @@ def real_node(cluster):
             pytest.fail(f"CI=true and no real node: {exc}", pytrace=False)
         pytest.skip(str(exc))
     return image
+
+
+# Real Airflow (a migrated metadata DB, connections as the restricted identity, DAG files):
+# the fixtures of the Airflow end-to-end tests.
+from tests.airflow.conftest import airflow_db, dag_files, k8s_conn  # noqa: E402, F401

@@ -50,6 +50,14 @@ def check_node(admin) -> None:
         raise NodeUnavailable(f"node {NODE_NAME} is not Ready: {ready}")
 
 
+def node_address(admin) -> str:
+    """The node's InternalIP: its bridge's address, where pods reach services of this host."""
+    from dlc_airflow.k8s.kinds import NODE
+
+    node = admin.get(NODE, NODE_NAME) or {}
+    return next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+
+
 def on_real_node(**spec: Any) -> dict[str, Any]:
     """A DLCJob spec (as a dict) placed on the real node, with the runtime image by default."""
     scheduling = dict(spec.pop("scheduling", {}) or {})

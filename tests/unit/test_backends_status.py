@@ -159,8 +159,19 @@ def test_native_oom_killed_detail():
     worker = batch_job("worker", 1, {"conditions": [cond("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")],
                                      "startTime": T1, "failed": 1})
     pods = [pod(f"{NAME}-worker-0-aaaaa", "worker", phase="Failed", containers=[terminated("main", 137, "OOMKilled")])]
+    pods[0]["spec"] = {"containers": [{"name": "main", "resources": {"limits": {"memory": "96Mi"}}}]}
     s = native.status([worker], pods)
-    assert "exited with code 137 (OOMKilled)" in s.message
+    assert ("exited with code 137 (OOMKilled): it ran out of memory: the kernel killed it for using more than its "
+            "memory limit (96Mi); raise resources.memory") in s.message
+
+
+def test_native_a_replica_that_ran_keeps_the_job_running():
+    """The pod finished before the Job controller counted it: active 1, ready 0 is not PENDING."""
+    worker = batch_job("worker", 1, {"startTime": T1, "active": 1, "ready": 0, "terminating": 0})
+    assert native.status([worker], [pod(f"{NAME}-worker-0-a", "worker", phase="Pending")]).state is JobState.PENDING
+    done = pod(f"{NAME}-worker-0-a", "worker", phase="Succeeded", containers=[terminated("main", 0, "Completed")])
+    s = native.status([worker], [done])
+    assert (s.state, s.reason) == (JobState.RUNNING, "Running")
 
 
 def test_native_failed_init_container_detail():
