@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS ?= constraints/constraints-py3.11.txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install install-demo cluster slurm postgres browser lint test test-unit demo clean-cluster clean-slurm benchmarks soak
+.PHONY: install install-demo cluster slurm postgres browser lint test test-unit demo demo-cluster clean-cluster clean-slurm benchmarks soak
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ test-unit: install
 
 demo: install-demo
 	$(PY) -m dlc_airflow.demo
+
+# The same chain in pods on the local cluster's real node (PyTorch DDP over gloo in containers).
+demo-cluster: install-demo cluster
+	$(PY) -m dlc_airflow.demo --cluster --output demo-output-cluster
 
 benchmarks: install cluster slurm
 	$(PY) benchmarks/notice_latency.py

@@ -6,7 +6,10 @@ intervals of dags/retraining_digits.py with dag.test on the local backend - real
 DDP training, 2 worker processes over gloo on CPU, each interval resuming from the one
 before. Then prints a table and writes demo-output/accuracy.png.
 
-    python -m dlc_airflow.demo [--output DIR] [--days N] [--keep]
+    python -m dlc_airflow.demo [--output DIR] [--days N] [--keep] [--cluster]
+
+--cluster (`make demo-cluster`) runs the same chain in pods on the local cluster's real node
+(dags/retraining_digits_cluster.py on the native backend; dlc_airflow.demo_cluster).
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DAG_ID = "retraining_digits"
+CLUSTER_DAG_ID = "retraining_digits_cluster"
 FIRST_DAY = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _setup(out: Path, keep: bool) -> Path:
+def _setup(out: Path, keep: bool, dag_id: str) -> Path:
     dags = REPO / "dags"
-    if not (dags / f"{DAG_ID}.py").exists():
-        raise SystemExit(f"cannot find {dags / (DAG_ID + '.py')}: run the demo from a clone of dlc-airflow "
+    if not (dags / f"{dag_id}.py").exists():
+        raise SystemExit(f"cannot find {dags / (dag_id + '.py')}: run the demo from a clone of dlc-airflow "
                          "(pip install -e '.[demo]')")
     home = out / "airflow"
     if not keep:
@@ -84,13 +88,13 @@ def _quiet(log: Path):
             os.close(saved[1])
 
 
-def _load_dag(dags: Path) -> Any:
+def _load_dag(dags: Path, dag_id: str) -> Any:
     import importlib.util
 
     sys.path.insert(0, str(dags))
-    spec = importlib.util.spec_from_file_location(DAG_ID, dags / f"{DAG_ID}.py")
+    spec = importlib.util.spec_from_file_location(dag_id, dags / f"{dag_id}.py")
     if spec is None or spec.loader is None:
-        raise SystemExit(f"demo: cannot load {dags / f'{DAG_ID}.py'}")
+        raise SystemExit(f"demo: cannot load {dags / f'{dag_id}.py'}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.dag
@@ -125,9 +129,14 @@ def _predictions(uri: str) -> int:
     return sum(len(np.load(f)["predicted"]) for f in folder.glob("shard-*.npz"))
 
 
-def run(out: Path, days: int, keep: bool) -> list[dict]:
-    dags = _setup(out, keep)
-    dag = _load_dag(dags)
+def run(out: Path, days: int, keep: bool, cluster: bool = False) -> list[dict]:
+    dag_id = CLUSTER_DAG_ID if cluster else DAG_ID
+    dags = _setup(out, keep, dag_id)
+    if cluster:
+        from dlc_airflow import demo_cluster
+
+        demo_cluster.prepare(out)
+    dag = _load_dag(dags, dag_id)
     rows = []
     for day in range(days):
         start = FIRST_DAY + timedelta(days=day)
@@ -142,10 +151,11 @@ def run(out: Path, days: int, keep: bool) -> list[dict]:
         print(f"{dag_run.state} in {seconds:.0f}s", flush=True)
         if str(dag_run.state) != "success":
             raise SystemExit(f"demo: the run for {start:%Y-%m-%d} ended {dag_run.state}: {states}; "
-                             f"see {out / 'demo.log'}; task logs are under {out / 'airflow' / 'logs'}, job logs under {out / 'jobs'}")
-        lineage = _xcom(DAG_ID, dag_run.run_id, "retrain.lineage")
-        train = _xcom(DAG_ID, dag_run.run_id, "retrain.train")
-        promote = _xcom(DAG_ID, dag_run.run_id, "retrain.promote") or {}
+                             f"see {out / 'demo.log'}; task logs are under {out / 'airflow' / 'logs'}"
+                             + ("" if cluster else f", job logs under {out / 'jobs'}"))
+        lineage = _xcom(dag_id, dag_run.run_id, "retrain.lineage")
+        train = _xcom(dag_id, dag_run.run_id, "retrain.train")
+        promote = _xcom(dag_id, dag_run.run_id, "retrain.promote") or {}
         # what the training job itself resumed from (resume_path reports it) is what the
         # lineage named: the predecessor's checkpoint, or nothing for the first interval
         reported = (train.get("outputs") or {}).get("resumed_from")
@@ -157,7 +167,8 @@ def run(out: Path, days: int, keep: bool) -> list[dict]:
             "start": start,
             "resumed_from": lineage["resumed_from"],
             "metrics": train["metrics"],
-            "epochs": _epochs(Path(os.environ["DLC_LOCAL_ROOT"]) / train["job_name"]),
+            "epochs": (demo_cluster.epochs(train["job_name"]) if cluster
+                       else _epochs(Path(os.environ["DLC_LOCAL_ROOT"]) / train["job_name"])),
             "promoted": promote.get("promoted"),
             "predictions": _predictions(lineage["predictions_uri"]),
             "seconds": seconds,
@@ -213,10 +224,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for the Airflow home, lineage, job folders and the plot (default: demo-output)")
     parser.add_argument("--days", type=int, default=3, help="consecutive daily intervals to run (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep an earlier demo's state instead of starting fresh")
+    parser.add_argument("--cluster", action="store_true",
+                        help="run the jobs in pods on the local cluster's real node (make cluster first)")
     args = parser.parse_args(argv)
     out = Path(args.output).resolve()
     began = time.monotonic()
-    rows = run(out, args.days, args.keep)
+    rows = run(out, args.days, args.keep, cluster=args.cluster)
     print()
     print(table(rows))
     png = out / "accuracy.png"
@@ -229,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Each interval resumed from the one before: its accuracy at start equals the previous final "
           f"accuracy ({'yes' if carried else 'NO'}).")
     print(f"plot: {png}")
-    print(f"lineage manifest: {out / 'lineage' / DAG_ID / 'lineage.json'}")
+    print(f"lineage manifest: {out / 'lineage' / (CLUSTER_DAG_ID if args.cluster else DAG_ID) / 'lineage.json'}")
     print(f"demo: done in {time.monotonic() - began:.0f}s")
     return 0 if carried else 1
 

@@ -9,10 +9,17 @@ Both the code folder and the storage root are host_path mounts at their own path
 local backend they are the folders themselves; on a cluster, the nodes must see them at the
 same paths (a single-node cluster, or a shared volume mounted there) - or swap the code mount
 for `code=` (a git checkout) and the storage root for s3:// with `mount_path`.
+
+On a cluster, two settings place the jobs (`make demo-cluster` sets both for the local
+cluster's real node):
+- DLC_STORAGE_CLAIM: a PersistentVolumeClaim holding the storage root, mounted at the root's
+  path in every job (the checkpoints each interval resumes from live there);
+- DLC_SCHEDULING: the spec's `scheduling` section as JSON (node selector, tolerations...).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +44,9 @@ def _mounts(root: str) -> list[dict]:
     mounts = [{"type": "host_path", "mount_path": CODE_MOUNT, "path": str(CODE), "read_only": True}]
     if root.startswith("file://"):
         path = root[len("file://"):]
-        mounts.append({"type": "host_path", "mount_path": path, "path": path})
+        claim = os.environ.get("DLC_STORAGE_CLAIM")
+        mounts.append({"type": "pvc", "mount_path": path, "claim_name": claim} if claim
+                      else {"type": "host_path", "mount_path": path, "path": path})
     return mounts
 
 
@@ -45,7 +54,8 @@ def digits_jobs(root: str | None = None, *, epochs: int = 12, lr: float = 0.05) 
     """The three jobs of the pipeline (keys: preprocess, train, inference)."""
     storage = _mounts(root or storage_root())
     common = dict(image=IMAGE, storage=storage, max_running_time="15m",
-                  resources={"cpu": "1", "memory": "1Gi"})
+                  resources={"cpu": "1", "memory": "1Gi"},
+                  scheduling=json.loads(os.environ.get("DLC_SCHEDULING") or "{}"))
 
     def command(script: str) -> list[str]:
         return ["python", f"{CODE_MOUNT}/jobs/{script}"]
