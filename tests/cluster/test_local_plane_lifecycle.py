@@ -29,7 +29,7 @@ def test_down_stops_every_process_even_after_restart_apiserver(cluster, tmp_path
     if cluster.source != "local control plane (scripts/k8s-local)":
         pytest.skip("runs the local control plane's script itself")
     env = {**os.environ, "DLC_K8S_NAME": "lifecycle", "DLC_K8S_STATE": str(tmp_path / "state"),
-           "DLC_K8S_CONTROLLERS": "none"}
+           "DLC_K8S_CONTROLLERS": "none", "DLC_K8S_REAL_NODE": "0"}
     workdir = tmp_path / "state" / "kwok" / "clusters" / "lifecycle"
 
     def script(*args: str) -> str:
