@@ -25,6 +25,19 @@ def real_node(cluster):
     return image
 
 
+@pytest.fixture(scope="session")
+def frameworks(real_node):
+    """The frameworks image (TensorFlow, XGBoost, DeepSpeed, Ray, Open MPI)."""
+    from tests.support.realnode import NodeUnavailable, frameworks_image
+
+    try:
+        return frameworks_image()
+    except NodeUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true and no frameworks image: {exc}", pytrace=False)
+        pytest.skip(str(exc))
+
+
 # Real Airflow (a migrated metadata DB, connections as the restricted identity, DAG files):
 # the fixtures of the Airflow end-to-end tests.
 from tests.airflow.conftest import airflow_db, dag_files, k8s_conn  # noqa: E402, F401

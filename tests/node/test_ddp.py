@@ -7,6 +7,8 @@ checkpoint to a PVC, which the test reads back from the volume's folder on this 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -26,9 +28,14 @@ def ddp_job(script: str, claim: str, backend: str) -> dict:
 
 
 def task_log(text: str) -> str:
-    """The task's own lines (ours and the job's), without Airflow's bookkeeping around them."""
-    keep = [line for line in text.splitlines() if "[task]" in line or "dlc_airflow" in line or "] [" in line]
-    return "\n".join(keep)[-6000:]
+    """The task's own lines (ours and the job's), without Airflow's bookkeeping around them;
+    also kept in test-artifacts/node-task.log whole."""
+    keep = [line.split(" [dlc_airflow")[0].split(" [airflow.task")[0] for line in text.splitlines()
+            if "[task]" in line or "dlc_airflow" in line or "] [" in line]
+    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    (artifacts / "node-task.log").write_text(text)
+    return "\n".join(keep)[-8000:]
 
 
 def run(dag_files, conn_id: str, job: dict, backend: str, **kwargs):

@@ -38,6 +38,14 @@ def runtime_image() -> str:
     return ref
 
 
+def frameworks_image() -> str:
+    """The runtime image plus TensorFlow, XGBoost, DeepSpeed, Ray and Open MPI."""
+    ref = image_refs().get("DLC_FRAMEWORKS_IMAGE")
+    if not ref:
+        raise NodeUnavailable(f"{REFS} names no frameworks image: scripts/k8s-images frameworks builds it")
+    return ref
+
+
 def check_node(admin) -> None:
     """The real node is registered and Ready (the kubelet heartbeats)."""
     from dlc_airflow.k8s.kinds import NODE

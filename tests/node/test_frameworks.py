@@ -1,0 +1,197 @@
+"""Every framework dlc-airflow wires, for real, in the frameworks image on the real node, on
+the backends named, through real Airflow (dag.test, deferred): what each job did is checked -
+a sum kept on a TensorFlow parameter server by closures the chief scheduled on its workers,
+an XGBoost model trained over two workers through the collective and loaded back, a
+DeepSpeed ZeRO stage 1 step taken by two ranks over gloo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlc_airflow.k8s.kinds import POD
+from dlc_airflow.naming import MANAGED_BY
+from tests.airflow.test_operator_dagtest import xcom
+from tests.node.test_ddp import task_log
+from tests.node.workloads import create_pvc, create_script, volume_folder
+from tests.support.realnode import frameworks_image, on_real_node
+
+SMALL = {"cpu": "200m", "memory": "1536Mi"}
+
+
+def run(dag_files, conn_id: str, job: dict, backend: str, **kwargs):
+    dag = dag_files.operator_dag(conn_id=conn_id, backend=backend, job=job, queue_timeout=300, deferrable=True,
+                                 **kwargs)
+    return dag.test().get_task_instance("train")
+
+
+def framework_job(script: str, **spec) -> dict:
+    spec.setdefault("resources", SMALL)
+    storage = [{"type": "config_map", "name": script, "mount_path": "/scripts", "read_only": True},
+               *spec.pop("storage", [])]
+    return on_real_node(image=frameworks_image(), command=["python3", "/scripts/main.py"], storage=storage,
+                        max_running_time="10m", **spec)
+
+
+# The chief coordinates (ParameterServerStrategy): closures it schedules run on the workers and
+# add to a variable that lives on the parameter server. Workers and the ps serve until stopped:
+# the job ends when the chief does.
+TENSORFLOW = '''
+import json, os
+import tensorflow as tf
+from dlc_airflow.runtime import report_output
+
+config = json.loads(os.environ["TF_CONFIG"])
+task = config["task"]
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+if task["type"] in ("worker", "ps"):
+    print(f"{task['type']} {task['index']} serving", flush=True)
+    tf.distribute.Server(resolver.cluster_spec(), job_name=task["type"], task_index=task["index"],
+                         protocol="grpc", start=True).join()
+strategy = tf.distribute.ParameterServerStrategy(resolver)
+coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+    total = tf.Variable(0.0)
+
+@tf.function
+def add(value):
+    total.assign_add(value)
+    return value
+
+for i in range(1, 11):
+    coordinator.schedule(add, args=(tf.constant(float(i)),))
+coordinator.join()
+value = float(total.read_value().numpy())
+assert value == 55.0, value
+print(f"chief: sum {value:g} over {len(config['cluster']['worker'])} workers and {len(config['cluster']['ps'])} ps",
+      flush=True)
+report_output("sum", value)
+report_output("variable_device", total.device)
+'''
+
+
+@pytest.mark.parametrize("backend", ["native", "jobset", "kubeflow"])
+def test_tensorflow_chief_workers_and_ps(kube, admin, controllers, k8s_conn, dag_files, frameworks, capfd, backend):
+    script = create_script(admin, kube.namespace, TENSORFLOW)
+    job = framework_job(script, type="tensorflow", roles={"chief": 1, "worker": 2, "ps": 1},
+                        env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    ti = run(dag_files, k8s_conn, job, backend)
+    text = "".join(capfd.readouterr())
+    assert ti.state == "success", task_log(text)
+    outputs = xcom(ti)["outputs"]
+    assert outputs["sum"] == 55.0 and "/job:ps/" in outputs["variable_device"]
+    assert "chief: sum 55 over 2 workers and 1 ps" in text
+    # the parameter server and the workers served until the chief was done, then were stopped
+    live = [p for p in kube.list(POD, labels={MANAGED_BY: "dlc-airflow"})[0]
+            if p["status"].get("phase") in ("Pending", "Running") and not p["metadata"].get("deletionTimestamp")]
+    assert live == [], [p["metadata"]["name"] for p in live]
+
+
+# Rank 0 runs the collective's tracker at MASTER_ADDR:MASTER_PORT; both ranks train one booster
+# together (the histograms are allreduced), check an allreduce of their own, and rank 0 saves
+# the model to the volume and loads it back.
+XGBOOST = '''
+import os, socket, time
+import numpy as np
+import xgboost as xgb
+from xgboost import collective
+from dlc_airflow.runtime import report_output
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+master, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+for _ in range(120):
+    try:
+        address = socket.gethostbyname(master)
+        break
+    except OSError:
+        time.sleep(0.5)
+tracker = None
+if rank == 0:
+    from xgboost.tracker import RabitTracker
+    tracker = RabitTracker(host_ip=address, n_workers=world, port=port, sortby="task")
+    tracker.start()
+with collective.CommunicatorContext(dmlc_communicator="rabit", dmlc_tracker_uri=address,
+                                    dmlc_tracker_port=port, dmlc_task_id=str(rank)):
+    total = collective.allreduce(np.array([rank + 1.0]), collective.Op.SUM)
+    assert total[0] == world * (world + 1) / 2, total
+    rng = np.random.default_rng(rank)
+    x = rng.normal(size=(400, 4))
+    y = (x[:, 0] + 0.1 * rng.normal(size=400) > 0).astype(int)
+    booster = xgb.train({"objective": "binary:logistic", "tree_method": "hist", "max_depth": 2},
+                        xgb.DMatrix(x, label=y), num_boost_round=8)
+    print(f"rank {rank}/{world}: collective world {collective.get_world_size()}, allreduce {total[0]:g}", flush=True)
+    if rank == 0:
+        booster.save_model("/out/model.json")
+if tracker is not None:
+    tracker.wait_for()
+    # outside the collective: a DMatrix made inside it would wait for the other rank
+    loaded = xgb.Booster(model_file="/out/model.json")
+    accuracy = float(((loaded.predict(xgb.DMatrix(x)) > 0.5) == y).mean())
+    report_output("accuracy", accuracy)
+    report_output("trees", len(loaded.get_dump()))
+'''
+
+
+@pytest.mark.parametrize("backend", ["native", "kubeflow"])
+def test_xgboost_trains_over_two_workers_and_the_model_loads(kube, admin, controllers, k8s_conn, dag_files, frameworks,
+                                                            capfd, backend):
+    namespace = kube.namespace
+    script, claim = create_script(admin, namespace, XGBOOST), create_pvc(admin, namespace)
+    job = framework_job(script, type="xgboost", roles={"worker": 2},
+                        storage=[{"type": "pvc", "claim_name": claim, "mount_path": "/out"}])
+    ti = run(dag_files, k8s_conn, job, backend)
+    text = "".join(capfd.readouterr())
+    assert ti.state == "success", task_log(text)
+    outputs = xcom(ti)["outputs"]
+    assert outputs["trees"] == 8 and outputs["accuracy"] > 0.9
+    assert "rank 0/2: collective world 2, allreduce 3" in text and "rank 1/2: collective world 2, allreduce 3" in text
+    model = json.loads((volume_folder(admin, namespace, claim) / "model.json").read_text())
+    assert model["learner"]["gradient_booster"]["model"]["gbtree_model_param"]["num_trees"] == "8"
+
+
+# DeepSpeed on CPU (its cpu accelerator, gloo): ZeRO stage 1 partitions the optimizer state over
+# the two ranks torchrun started; every rank checks the parameters agree after the steps.
+DEEPSPEED = '''
+import os
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import torch
+import torch.distributed as dist
+import deepspeed
+from dlc_airflow.runtime import log_metrics
+
+deepspeed.init_distributed(dist_backend="gloo")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+          "zero_optimization": {"stage": 1}, "zero_allow_untested_optimizer": True}
+engine, _, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                                       config=config)
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(rank)
+for step in range(5):
+    x = torch.randn(4, 8)
+    loss = (engine(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
+    engine.backward(loss)
+    engine.step()
+flat = torch.cat([p.detach().flatten() for p in engine.module.parameters()])
+gathered = [torch.zeros_like(flat) for _ in range(world)]
+dist.all_gather(gathered, flat)
+assert all(torch.equal(gathered[0], g) for g in gathered), "ranks disagree after ZeRO-1 steps"
+print(f"rank {rank}/{world}: zero stage {engine.zero_optimization_stage()}, loss {loss.item():.4f}", flush=True)
+log_metrics(step=5, loss=loss.item(), zero_stage=engine.zero_optimization_stage(), world_size=world)
+'''
+
+
+def test_deepspeed_zero_stage_1_over_gloo(kube, admin, k8s_conn, dag_files, frameworks, capfd):
+    script = create_script(admin, kube.namespace, DEEPSPEED)
+    # DeepSpeed's import and engine take ~2 GiB per rank
+    job = framework_job(script, type="deepspeed", roles={"worker": 2}, env={"OMP_NUM_THREADS": "1"},
+                        resources={"cpu": "200m", "memory": "4Gi"})
+    job["command"] = ["torchrun", "/scripts/main.py"]
+    ti = run(dag_files, k8s_conn, job, "native")
+    text = "".join(capfd.readouterr())
+    assert ti.state == "success", task_log(text)
+    metrics = xcom(ti)["metrics"]
+    assert metrics["zero_stage"] == 1 and metrics["world_size"] == 2
+    assert "rank 0/2: zero stage 1" in text and "rank 1/2: zero stage 1" in text
