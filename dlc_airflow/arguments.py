@@ -73,7 +73,7 @@ def backend(value: Any, task_id: str) -> str | None:
 
 def backend_name(value: Any, task_id: str) -> str:
     """A backend name exactly as the registry spells it; the error lists every backend."""
-    from dlc_airflow.backends import BackendError
+    from dlc_airflow.errors import BackendError
     from dlc_airflow.registry import ALL_BACKENDS, check_backend_name
 
     if not isinstance(value, str):

@@ -16,7 +16,8 @@ from typing import Any
 def _kubernetes_backend(name: str) -> Any:
     """The backend `name` as the operator spells it (every backend is listed when it is
     unknown); `render` prints Kubernetes objects, which the local backend has none of."""
-    from dlc_airflow.backends import BackendError, get_backend
+    from dlc_airflow.backends import get_backend
+    from dlc_airflow.errors import BackendError
     from dlc_airflow.registry import check_backend_name, is_kubernetes
 
     check_backend_name(name)
@@ -40,13 +41,14 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from dlc_airflow.registry import check_backend_name, is_kubernetes, pure_backend
+    from dlc_airflow.registry import check, is_kubernetes
     from dlc_airflow.spec import load_job
 
     job = load_job(args.spec)
     rendered = ""
-    if args.backend and not is_kubernetes(check_backend_name(args.backend)):
-        pure_backend(args.backend).check(job)
+    if args.backend:
+        check(args.backend, job)
+    if args.backend and not is_kubernetes(args.backend):
         rendered = f"; the {args.backend} backend runs it"
     elif args.backend:
         backend = _kubernetes_backend(args.backend)

@@ -367,10 +367,9 @@ class UserError(ValueError):
 def user_errors() -> Iterable[type[BaseException]]:
     """The exceptions of the libraries underneath that are the user's to fix: one line each."""
     from dlc_airflow.airflow.runners import NoSuchConnection
-    from dlc_airflow.backends import BackendError
+    from dlc_airflow.errors import BackendError, SubmitError
     from dlc_airflow.k8s.client import KubeError
     from dlc_airflow.policy import PolicyError
-    from dlc_airflow.runner import SubmitError
     from dlc_airflow.spec import SpecError
 
     # KubeError covers AuthError and KubeConfigError: their messages name the connection and what to do

@@ -14,7 +14,8 @@ from typing import ClassVar, Protocol
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.backends import BACKENDS as KUBERNETES_BACKENDS
-from dlc_airflow.backends import BackendError, get_backend
+from dlc_airflow.backends import get_backend
+from dlc_airflow.errors import BackendError, UnsupportedType
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.spec import DLCJob
 
@@ -116,3 +117,22 @@ def backends_running(job_type: JobType | str) -> list[str]:
     """Names of the backends whose `job_types` include `job_type`, in registry order."""
     wanted = JobType(job_type)
     return [name for name in ALL_BACKENDS if wanted in pure_backend(name).job_types]
+
+
+def check(name: str, job: DLCJob) -> None:
+    """Whether backend `name` can run `job`: BackendError naming what it cannot, and (for a
+    type it does not run) the backends that do."""
+    try:
+        pure_backend(check_backend_name(name)).check(job)
+    except UnsupportedType as exc:
+        raise exc.naming(suggest(exc.job_type, name)) from None
+
+
+def suggest(job_type: str, current: str) -> str:
+    """'use backend=...' naming the other backends that run `job_type` (their `job_types`)."""
+    names = [b for b in backends_running(job_type) if b != current]
+    if not names:
+        return "no backend runs it"
+    quoted = [f"'{b}'" + (" (default)" if b == "native" else "") + (" (KubeRay)" if b == "ray" else "") for b in names]
+    listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    return f"use backend={listed}"

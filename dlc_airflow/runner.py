@@ -36,28 +36,6 @@ class Log(Protocol):
     def log(self, level: int, msg: Any, /, *args: Any) -> Any: ...
 
 
-class SubmitError(Exception):
-    """The job could not be submitted; nothing of it is left behind.
-
-    `permanent` says whether trying again can help (a refused spec or permission: no).
-    """
-
-    permanent: bool = False
-
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
-
-
-class OwnershipError(SubmitError):
-    """Something with the job's name exists and belongs to another task instance."""
-
-    permanent = True
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, permanent=True)
-
-
 class Follower(Protocol):
     """Reports a job's status changes to `on_status` until closed."""
 

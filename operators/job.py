@@ -140,11 +140,11 @@ class DLCJobOperator(BaseOperator):
 
     # -- parse-time checks ---------------------------------------------------------------
     def _check_backend(self, spec: DLCJob) -> None:
-        from dlc_airflow.registry import check_backend_name, pure_backend
+        from dlc_airflow.registry import check
 
         if self.backend is not None:
             # BackendError names the backend or the type, and what to use instead
-            pure_backend(check_backend_name(self.backend)).check(spec)
+            check(self.backend, spec)
 
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:

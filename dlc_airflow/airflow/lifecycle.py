@@ -60,7 +60,7 @@ def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = 
     from dlc_airflow.airflow.policy_source import load_policy
     from dlc_airflow.airflow.runners import choose_backend, connection_for
     from dlc_airflow.policy import enforce
-    from dlc_airflow.registry import has_connection
+    from dlc_airflow.registry import check, has_connection
     from dlc_airflow.secrets import register_job
     from dlc_airflow.submission import submit_or_adopt
 
@@ -69,6 +69,7 @@ def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = 
     log.info("DLC %s job on the %s backend (%s; %d replicas: %s)%s", job.type.value, backend, why,
              job.total_replicas(), ", ".join(f"{r}={v.replicas}" for r, v in job.roles.items()),
              f", {place}" if place else "")
+    check(backend, job)  # a template may have rendered a type or option the backend cannot run
     connection, extras = connection_for(backend, conn_id)
     # the admin's policy, before anything is created (the local backend's too)
     policy, source = load_policy(conn_id if has_connection(backend) else None, connection)

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlc_airflow.backends.base import Backend, BackendError, ResourceKind
+from dlc_airflow.backends.base import Backend, ResourceKind
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_BACKEND",
     "Backend",
-    "BackendError",
     "ResourceKind",
     "backends_running",
     "get_backend",

@@ -18,17 +18,18 @@ Nothing here talks to a cluster.
 from __future__ import annotations
 
 import json
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from datetime import datetime
 from typing import ClassVar
 
 from dlc_airflow import naming, reasons
+from dlc_airflow.errors import BackendError, unsupported_type
 from dlc_airflow.jobtypes import JobType
 
 # One ResourceKind for the whole package: the client builds REST paths from it.
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, SERVICE, ResourceKind
+from dlc_airflow.naming import check_name
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition, parse_time
 
@@ -40,10 +41,8 @@ __all__ = [
     "ON_PREEMPTION_LABEL",
     "SERVICE",
     "Backend",
-    "BackendError",
     "ResourceKind",
     "apply_pods",
-    "check_name",
     "earliest",
     "latest",
     "object_annotations",
@@ -60,43 +59,6 @@ KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # On a queued job whose fault tolerance says a preemption fails it (restart_on_preemption
 # off): Kueue would requeue it, so the waiting side fails it instead (backends/kueue.py).
 ON_PREEMPTION_LABEL = naming.PREFIX + "on-preemption"
-
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
-
-class BackendError(ValueError):
-    """A job this backend cannot run (or an unknown backend); the message says what to use."""
-
-
-def suggest(job_type: str, current: str) -> str:
-    """'use backend=...' naming the other backends that run `job_type` (their `job_types`)."""
-    # The registry (dlc_airflow.registry) imports this module: import it when called.
-    from dlc_airflow.registry import backends_running
-
-    names = [b for b in backends_running(job_type) if b != current]
-    if not names:
-        return "no backend runs it"
-    quoted = [f"'{b}'" + (" (default)" if b == "native" else "") + (" (KubeRay)" if b == "ray" else "") for b in names]
-    listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
-    return f"use backend={listed}"
-
-
-def unsupported_type(job_type: str, backend: str, why: str) -> BackendError:
-    return BackendError(f"job type {job_type!r} cannot run on the {backend} backend ({why}): {suggest(job_type, backend)}")
-
-
-def check_name(name: str, backend: str) -> None:
-    """The derived job name must be a DNS-1035 label short enough for every child name."""
-    if not isinstance(name, str) or not _DNS_1035.match(name):
-        raise BackendError(
-            f"{backend} backend: job name {name!r} must be a DNS-1035 label (lowercase letters, "
-            "digits and '-', starting with a letter); derive it with naming.job_name"
-        )
-    if len(name) > naming.MAX_BASE_NAME:
-        raise BackendError(
-            f"{backend} backend: job name {name!r} is {len(name)} characters; at most "
-            f"{naming.MAX_BASE_NAME} leave room for child names such as <name>-worker-0"
-        )
 
 
 def object_labels(

@@ -31,7 +31,6 @@ from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.backends.base import (
     CONFIG_MAP,
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     condition_time,
@@ -55,6 +54,7 @@ from dlc_airflow.backends.batchjob import (
     role_job_spec,
 )
 from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.k8s.kinds import JOBSET
 from dlc_airflow.spec import DLCJob

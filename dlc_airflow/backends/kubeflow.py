@@ -40,7 +40,6 @@ from dlc_airflow import reasons, wiring
 from dlc_airflow.backends.base import (
     CONFIG_MAP,
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     deadline_seconds,
@@ -54,6 +53,7 @@ from dlc_airflow.backends.base import (
 )
 from dlc_airflow.backends.batchjob import hostfile_config_map
 from dlc_airflow.backends.podspec import IndexSource, pod_template
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.k8s.kinds import MPI_JOB, PYTORCH_JOB, TF_JOB, XGBOOST_JOB
 from dlc_airflow.spec import DLCJob

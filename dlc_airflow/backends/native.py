@@ -52,7 +52,6 @@ from dlc_airflow.backends.base import (
     JOB,
     SERVICE,
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     not_found,
@@ -73,6 +72,7 @@ from dlc_airflow.backends.batchjob import (
     settled,
 )
 from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import ordered_roles
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, condition

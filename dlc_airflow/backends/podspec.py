@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dlc_airflow.backends.base import BackendError
+from dlc_airflow.errors import BackendError
 from dlc_airflow.secrets import SecretKeyRef
 from dlc_airflow.spec import DLCJob, Resources
 from dlc_airflow.wiring import IndexExpr, PodValue

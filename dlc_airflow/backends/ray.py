@@ -27,7 +27,6 @@ from typing import Any
 from dlc_airflow import reasons, wiring
 from dlc_airflow.backends.base import (
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     deadline_seconds,
@@ -41,6 +40,7 @@ from dlc_airflow.backends.base import (
     ttl_seconds,
 )
 from dlc_airflow.backends.podspec import pod_template
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.k8s.kinds import RAY_JOB
 from dlc_airflow.spec import DLCJob

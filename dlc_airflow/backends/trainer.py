@@ -41,7 +41,6 @@ from typing import Any
 from dlc_airflow import reasons, wiring
 from dlc_airflow.backends.base import (
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     deadline_seconds,
@@ -52,8 +51,6 @@ from dlc_airflow.backends.base import (
     object_labels,
     pod_role_counts,
     queue_labels,
-    suggest,
-    unsupported_type,
 )
 from dlc_airflow.backends.jobset import JOBSET_FAILURE_REASONS
 from dlc_airflow.backends.podspec import (
@@ -65,6 +62,7 @@ from dlc_airflow.backends.podspec import (
     shm_volume,
     storage_volumes,
 )
+from dlc_airflow.errors import BackendError, UnsupportedType, unsupported_type
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.k8s.kinds import TRAIN_JOB
 from dlc_airflow.spec import DLCJob
@@ -123,13 +121,13 @@ class TrainerBackend(Backend):
     def check_options(self, job: DLCJob) -> None:
         t = job.type.value
         if job.type is JobType.megatron and job.launcher == "mpi":
-            raise BackendError(f"trainer backend: megatron with launcher='mpi' has no upstream runtime; {suggest(t, self.name)}")
+            raise UnsupportedType("trainer backend: megatron with launcher='mpi' has no upstream runtime", t, self.name,
+                                  "; ")
         extra = sorted(set(job.roles) - ({"launcher", "worker"} if job.type is JobType.mpi else {"worker"}))
         if extra or "worker" not in job.roles:
-            raise BackendError(
-                f"trainer backend runs {t} jobs as identical worker nodes only; roles {extra or ['(no worker)']} "
-                f"cannot be mapped: drop them (node 0 is rank 0) or {suggest(t, self.name)}"
-            )
+            raise UnsupportedType(f"trainer backend runs {t} jobs as identical worker nodes only; roles "
+                                  f"{extra or ['(no worker)']} cannot be mapped: drop them (node 0 is rank 0)", t,
+                                  self.name, " or ")
         problems = []
         if job.elastic:
             problems.append("elastic")
@@ -147,10 +145,8 @@ class TrainerBackend(Backend):
         if reserved:
             problems.append(f"env {', '.join(reserved)} (set by the runtime)")
         if problems:
-            raise BackendError(
-                f"trainer backend: TrainJob v1alpha1 cannot express {', '.join(problems)} of this {t} job; "
-                f"{suggest(t, self.name)}"
-            )
+            raise UnsupportedType(f"trainer backend: TrainJob v1alpha1 cannot express {', '.join(problems)} of this "
+                                  f"{t} job", t, self.name, "; ")
 
     def kind(self, job: DLCJob) -> ResourceKind:
         return TRAIN_JOB

@@ -18,6 +18,7 @@ from typing import Any
 from dlc_airflow import specpack
 from dlc_airflow.backends import kueue
 from dlc_airflow.backends.base import Backend
+from dlc_airflow.errors import OwnershipError, SubmitError
 from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of, replicas_from_pods
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError, NotFound
@@ -40,7 +41,6 @@ from dlc_airflow.naming import (
     label_value,
     task_labels,
 )
-from dlc_airflow.runner import OwnershipError, SubmitError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.specpack import SPEC_ANNOTATION
 from dlc_airflow.status import JobStatus, parse_time

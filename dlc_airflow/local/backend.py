@@ -17,6 +17,6 @@ class LocalBackend:
     def check(self, job: DLCJob) -> None:
         """Every spec the parser accepts runs locally, but a slurm batch script."""
         if job.type not in self.job_types:
-            from dlc_airflow.backends.base import unsupported_type
+            from dlc_airflow.errors import unsupported_type
 
             raise unsupported_type(job.type.value, self.name, "a batch script needs a Slurm cluster")

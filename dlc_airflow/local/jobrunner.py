@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from dlc_airflow.errors import SubmitError
 from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.kinds import ResourceKind
@@ -23,7 +24,7 @@ from dlc_airflow.naming import (
     job_labels,
     task_labels,
 )
-from dlc_airflow.runner import LogLines, OnStatus, SubmitError
+from dlc_airflow.runner import LogLines, OnStatus
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobStatus, parse_time
 
@@ -56,7 +57,7 @@ class LocalJobRunner:
         return self.ref(None, name, int(self.local.labels(name).get(LABEL_ATTEMPT, "1")))
 
     def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
-        from dlc_airflow.backends.base import BackendError
+        from dlc_airflow.errors import BackendError
         from dlc_airflow.local.backend import LocalBackend
 
         try:  # a task without backend= lands here at run time: refuse what cannot run locally

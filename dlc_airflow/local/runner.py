@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from dlc_airflow import reasons
+from dlc_airflow.errors import OwnershipError
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local import procs
 from dlc_airflow.naming import LABEL_TASK_KEY, LABEL_TRY
-from dlc_airflow.runner import OwnershipError
 from dlc_airflow.secrets import local_values, maskable, stored_spec
 from dlc_airflow.spec import DLCJob, parse_job
 from dlc_airflow.status import JobState, JobStatus

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from dlc_airflow import naming, reasons, wiring
-from dlc_airflow.backends.base import BackendError
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.k8s.pods import COMPLETION_INDEX  # the annotation the waits read a pod's index from
 from dlc_airflow.spec import CSIMount, DLCJob, NFSMount, is_templated

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dlc_airflow import reasons
-from dlc_airflow.backends.base import BackendError
+from dlc_airflow.errors import BackendError, OwnershipError, SubmitError
 from dlc_airflow.jobinfo import JobInfo, Replica, replicas_from_pods
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.kinds import ResourceKind
@@ -26,7 +26,7 @@ from dlc_airflow.pai import backend
 from dlc_airflow.pai.client import PaiClient, PaiError
 from dlc_airflow.pai.poller import REGISTRY, PollerRegistry, iso
 from dlc_airflow.pai.settings import PaiSettings, get_connection, settings_from
-from dlc_airflow.runner import LogLines, OnStatus, OwnershipError, SubmitError
+from dlc_airflow.runner import LogLines, OnStatus
 from dlc_airflow.runtime.metrics import parse_metric_line
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, parse_time

@@ -54,9 +54,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 from dlc_airflow import naming, reasons
-from dlc_airflow.backends.base import BackendError, check_name, unsupported_type
+from dlc_airflow.errors import BackendError, unsupported_type
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.k8s.kinds import ResourceKind
+from dlc_airflow.naming import check_name
 from dlc_airflow.slurm.api import JobRecord, JobRequest
 from dlc_airflow.spec import DLCJob, HostPathMount, Resources, is_templated
 from dlc_airflow.status import JobState, JobStatus, RoleCounts

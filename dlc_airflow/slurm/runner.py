@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID as KUBERNETES_DEFAULT
+from dlc_airflow.errors import OwnershipError, SubmitError
 from dlc_airflow.jobinfo import JobInfo, Replica
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.naming import PREFIX, TaskIdentity
-from dlc_airflow.runner import LogLines, OnStatus, OwnershipError, SubmitError
+from dlc_airflow.runner import LogLines, OnStatus
 from dlc_airflow.slurm import backend as layout
 from dlc_airflow.slurm.api import JobRecord
 from dlc_airflow.slurm.backend import SLURM_KIND, Folder, SlurmBackend, Target, parse_comment, replica_order, with_try
@@ -101,7 +102,7 @@ class SlurmRunner:
 
     # -- submit ------------------------------------------------------------------------
     def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
-        from dlc_airflow.backends.base import BackendError
+        from dlc_airflow.errors import BackendError
 
         key = identity.key if identity is not None else None
         same = [(r, i) for r, i in self._ours() if r.name == name]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import uuid
 
 from dlc_airflow import naming
-from dlc_airflow.backends import BACKENDS, BackendError, get_backend
+from dlc_airflow.backends import BACKENDS, get_backend
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.k8s.client import FIELD_MANAGER, Conflict, KubeClient
 from dlc_airflow.k8s.kinds import ResourceKind, kind_of

@@ -115,7 +115,7 @@ QUOTA_CASES = {
 
 @pytest.mark.parametrize("backend, spec, hard, words", QUOTA_CASES.values(), ids=QUOTA_CASES.keys())
 def test_quota_refusals(kube, admin, namespace, backend, spec, hard, words):
-    from dlc_airflow.runner import SubmitError
+    from dlc_airflow.errors import SubmitError
 
     _quota(admin, namespace, hard)
     runner = KubeRunner(kube, get_backend(backend))
@@ -171,7 +171,7 @@ ADMISSION_CASES = {
 
 @pytest.mark.parametrize("backend, spec, words", ADMISSION_CASES.values(), ids=ADMISSION_CASES.keys())
 def test_admission_policy_refusals(kube, admission_policy, backend, spec, words):
-    from dlc_airflow.runner import SubmitError
+    from dlc_airflow.errors import SubmitError
 
     runner = KubeRunner(kube, get_backend(backend))
     with pytest.raises(SubmitError) as err:

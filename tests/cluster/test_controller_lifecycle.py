@@ -13,10 +13,10 @@ from dataclasses import replace
 import pytest
 
 from dlc_airflow.backends import get_backend
+from dlc_airflow.errors import OwnershipError
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, JOBSET, POD, SERVICE, WORKLOAD, ResourceKind
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import TaskIdentity
-from dlc_airflow.runner import OwnershipError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from dlc_airflow.submission import Action, submit_or_adopt

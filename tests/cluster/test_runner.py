@@ -8,10 +8,10 @@ import uuid
 import pytest
 
 from dlc_airflow.backends import get_backend
+from dlc_airflow.errors import OwnershipError, SubmitError
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, POD, SERVICE, kind_of
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import MANAGED_BY, TaskIdentity, job_name
-from dlc_airflow.runner import OwnershipError, SubmitError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import condition
 

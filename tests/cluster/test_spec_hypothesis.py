@@ -23,7 +23,8 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from dlc_airflow.backends import BACKENDS, BackendError, get_backend
+from dlc_airflow.backends import BACKENDS, get_backend
+from dlc_airflow.errors import BackendError
 from dlc_airflow.k8s.client import KubeError
 from dlc_airflow.spec import SpecError, parse_job
 from tests.cluster.spec_strategies import MISTAKES, task_names, valid_specs

@@ -63,7 +63,7 @@ def scenarios(cluster, admin):
 
 
 def _submit(runner, job, key):
-    from dlc_airflow.runner import SubmitError
+    from dlc_airflow.errors import SubmitError
 
     try:
         return runner.submit(job, unique_name(key), IDENTITY, 1)

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
+from dlc_airflow.errors import OwnershipError
 from dlc_airflow.finish import OnFinish, finish, finish_plan
 from dlc_airflow.local.jobrunner import LocalJobRunner
 from dlc_airflow.local.runner import SUPERVISOR_STARTED
 from dlc_airflow.naming import TaskIdentity, job_name
 from dlc_airflow.progress import Progress, Verdict, VerdictKind, terminal_verdict
-from dlc_airflow.runner import OwnershipError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus
 from dlc_airflow.submission import Action, stop_if_owner, submit_or_adopt

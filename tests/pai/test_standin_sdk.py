@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import pytest
 
 from dlc_airflow import naming
+from dlc_airflow.errors import OwnershipError, SubmitError
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.pai.client import PaiClient, PaiError
 from dlc_airflow.pai.poller import PollerRegistry
 from dlc_airflow.pai.runner import PaiRunner
 from dlc_airflow.pai.settings import PaiConfigError, settings_from
-from dlc_airflow.runner import OwnershipError, SubmitError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from tests.pai.conftest import AK, REGION, SECRETS, STS_AK, STS_SECRET, STS_TOKEN, WORKSPACE

@@ -16,11 +16,12 @@ import sys
 
 import pytest
 
-from dlc_airflow import naming, wiring
+from dlc_airflow import naming, registry, wiring
 from dlc_airflow.backends import BACKENDS as BACKENDS_REGISTRY
-from dlc_airflow.backends import BackendError, ResourceKind, get_backend, podspec
+from dlc_airflow.backends import ResourceKind, get_backend, podspec
 from dlc_airflow.backends.kubeflow import FLAVORS
 from dlc_airflow.backends.trainer import TrainerBackend
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.spec import DLCJob, EmptyDirMount
 from tests.unit.k8s_schema import job_spec_errors, validate
@@ -167,8 +168,12 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 def test_every_type_on_every_backend(job_type, backend):
     if job_type not in SUPPORT[backend]:
         job = make(job_type, RICH_ROLES[job_type])
-        with pytest.raises(BackendError) as err:
+        with pytest.raises(BackendError) as refused:
             render(backend, job)
+        assert job_type in str(refused.value) and backend in str(refused.value)
+        # every caller checks through the registry first, which names the backends that run it
+        with pytest.raises(BackendError) as err:
+            registry.check(backend, job)
         message = str(err.value)
         assert job_type in message and backend in message and "backend=" in message
         assert "\n" not in message
@@ -770,6 +775,9 @@ def test_trainer_runtime_override():
 def test_trainer_refuses_what_it_cannot_express(kw, what):
     with pytest.raises(BackendError) as err:
         render("trainer", make("pytorch", **kw))
+    assert what in str(err.value) and "trainer" in str(err.value)
+    with pytest.raises(BackendError) as err:  # the registry names the backends that run it
+        registry.check("trainer", make("pytorch", **kw))
     assert what in str(err.value) and "trainer" in str(err.value) and "backend=" in str(err.value)
 
 

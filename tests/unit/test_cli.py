@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlc_airflow.backends import BACKENDS, BackendError, get_backend
+from dlc_airflow.backends import BACKENDS, get_backend
 from dlc_airflow.cli import main
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.spec import load_job, parse_job
 

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from dlc_airflow import naming
-from dlc_airflow.backends import BackendError
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.pai import backend
 from dlc_airflow.pai.backend import PaiBackend, render, status

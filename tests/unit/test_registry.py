@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from dlc_airflow.backends import BackendError
+from dlc_airflow.errors import BackendError
 from dlc_airflow.registry import ALL_BACKENDS, ENTRIES, entry, has_connection, is_folder, pure_backend
 
 
