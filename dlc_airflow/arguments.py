@@ -11,7 +11,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from dlc_airflow.specfields import check_dns_label, is_templated, positive_seconds
+from dlc_airflow.spec.fields import check_dns_label, is_templated, positive_seconds
 
 
 class ArgumentError(ValueError):

@@ -1,5 +1,7 @@
 """The errors every layer shares, whatever the backend.
 
+- SpecError: a job spec that cannot be used (one line naming the field);
+- SecretSourceError: a secret env value that cannot be had (no such variable, connection...);
 - BackendError: a job a backend cannot run, or an unknown backend (parse time, `validate`);
   UnsupportedType is the one another backend may run: the registry completes its message
   with those backends (`registry.check`), which no backend knows of.
@@ -9,6 +11,18 @@ Pure: no imports of the library, so every module may raise them.
 """
 
 from __future__ import annotations
+
+
+class SpecError(ValueError):
+    """A job spec that cannot be used; the message names the field and what to do."""
+
+
+class SecretSourceError(ValueError):
+    """A secret env value that cannot be had (no such variable, connection, field or key);
+    the message names the env var and the source. Permanent: no retry creates a variable
+    (a secrets backend that failed is not: `permanent` is then False)."""
+
+    permanent = True
 
 
 class BackendError(ValueError):

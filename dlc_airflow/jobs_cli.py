@@ -160,7 +160,7 @@ def cmd_clone(args: argparse.Namespace) -> Any:
     from dlc_airflow.airflow.policy_source import load_policy
     from dlc_airflow.naming import MAX_BASE_NAME, slug
     from dlc_airflow.policy import enforce
-    from dlc_airflow.secrets import HIDDEN
+    from dlc_airflow.secrets.resolve import HIDDEN
     from dlc_airflow.spec import parse_job
 
     runner, ref = find(args, args.name)

@@ -8,13 +8,14 @@ written once against this protocol and never asks which backend it has.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from dlc_airflow.jobinfo import JobInfo, Replica
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.naming import TaskIdentity
 from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec.envsource import SecretKeyRef
 from dlc_airflow.status import JobStatus
 
 # (status, the replicas' objects as last seen: pods on Kubernetes, none locally)
@@ -107,3 +108,14 @@ class JobRunner(Protocol):
 
     def replicas(self, ref: JobRef) -> list[Replica]:
         """The job's replicas as last seen: the report's timeline."""
+
+
+# -- optional capabilities: a runner implements them or not (isinstance tells) ----------------
+
+
+@runtime_checkable
+class SecretReader(Protocol):
+    """Reads the values of the Secret sources a job's env names, where this identity may (to
+    mask them in the logs): readable Kubernetes Secrets, the local backend's stand-ins."""
+
+    def secret_values(self, refs: Sequence[SecretKeyRef], log: Log) -> list[str]: ...

@@ -3,8 +3,8 @@ from the job alone: on Kubernetes as an annotation of the primary object (JSON, 
 base64: a few hundred bytes for a typical spec; the API server allows 256 KiB of
 annotations), in the job folder on the local and Slurm backends.
 
-What is packed is `secrets.stored_spec(job)`: secret sources stay references, and secret
-literals are replaced by a placeholder, so no value travels.
+What is kept is `stored(job)`: secret sources stay references, and secret literals are
+replaced by a placeholder (HIDDEN), so no value travels.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import zlib
 from typing import Any
 
 from dlc_airflow.naming import PREFIX
+from dlc_airflow.secrets.resolve import HIDDEN, entries
 from dlc_airflow.spec import DLCJob
 
 SPEC_ANNOTATION = PREFIX + "spec"
@@ -22,9 +23,15 @@ _FORMAT = "z1:"  # zlib + base64 of the JSON; the prefix leaves room for another
 
 
 def stored(job: DLCJob) -> dict[str, Any]:
-    from dlc_airflow.secrets import stored_spec
-
-    return stored_spec(job)
+    """job.to_dict() with every secret literal replaced by HIDDEN (references stay)."""
+    data = job.to_dict()
+    for entry in entries(job):
+        if entry.hidden() and isinstance(entry.value, str):
+            if entry.where == "env":
+                data["env"][entry.name] = HIDDEN
+            else:
+                data["roles"][entry.where.split(".")[1]]["env"][entry.name] = HIDDEN
+    return data
 
 
 def pack(job: DLCJob) -> str:

@@ -380,7 +380,7 @@ def _carry_notifiers(notify: Any, tid: str) -> list[dict]:
 
 def _templated(value: Any) -> bool:
     """Whether a spec (or any value) holds a Jinja template anywhere."""
-    from dlc_airflow.specfields import is_templated
+    from dlc_airflow.spec.fields import is_templated
 
     if isinstance(value, dict):
         return any(_templated(k) or _templated(v) for k, v in value.items())

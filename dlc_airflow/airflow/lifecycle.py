@@ -61,7 +61,7 @@ def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = 
     from dlc_airflow.airflow.runners import choose_backend, connection_for
     from dlc_airflow.policy import enforce
     from dlc_airflow.registry import check, has_connection
-    from dlc_airflow.secrets import register_job
+    from dlc_airflow.secrets.mask import register_job
     from dlc_airflow.submission import submit_or_adopt
 
     job = request.job

@@ -180,7 +180,7 @@ class DLCJobTrigger(BaseTrigger):
     async def _mask_secrets(self, runner: JobRunner) -> None:
         """The job's secret values, registered with the secrets masker of the triggerer (another
         process than the task's) before any of the job's logs are copied here."""
-        from dlc_airflow.secrets import TriggerSecrets
+        from dlc_airflow.secrets.mask import TriggerSecrets
 
         if self.secrets:
             await blocking(TriggerSecrets.from_dict(self.secrets).register, runner, self.log)

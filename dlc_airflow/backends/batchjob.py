@@ -3,7 +3,7 @@
 - `JOB_TYPES`: the job types that run as plain batch/v1 Indexed Jobs with our wiring;
 - `job_addressing`: `<name>-<role>-<i>.<name>` (Indexed Job pods behind a headless Service);
 - `hostfile_config_map`: the ConfigMap `<name>-hostfile` and its volume + mount, for the jobs
-  `wiring.hostfile_spec` says have a hostfile (path and slots come from there too);
+  `spec.hostfile_spec` says have a hostfile (path and slots come from there too);
 - `role_job_spec` / `pod_failure_rules`: a role's JobSpec (Indexed, podFailurePolicy, limits);
 - `jobs_status` / `replaced_failures`: the JobStatus of role Jobs (and their pods).
 
@@ -24,7 +24,7 @@ from dlc_airflow.backends.base import (
 )
 from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION, Volumes
 from dlc_airflow.jobtypes import JobType
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
 # Every type but ray (a Ray cluster needs the KubeRay operator) and slurm (a batch script
@@ -65,7 +65,7 @@ def hostfile_config_map(
     job: DLCJob, name: str, addr: wiring.Addressing, labels: dict, annotations: dict
 ) -> tuple[dict, Volumes] | None:
     """The hostfile ConfigMap `<name>-hostfile`, and its volume + mount (one file, subPath)."""
-    spec = wiring.hostfile_spec(job)
+    spec = hostfile_spec(job)
     if spec is None:
         return None
     cm_name = naming.child_name(name, "hostfile")

@@ -53,11 +53,11 @@ from dlc_airflow.backends.batchjob import (
     job_addressing,
     role_job_spec,
 )
-from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
+from dlc_airflow.backends.podspec import JOB_INDEX, pod_role_env, pod_template
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.k8s.kinds import JOBSET
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
 # JobSet's webhook checks `<name>-<role>-<jobindex>-<podindex>-abcde` (a 5-character pod name
@@ -88,7 +88,7 @@ class JobSetBackend(Backend):
         return JOBSET
 
     def kinds(self, job: DLCJob) -> list[ResourceKind]:
-        return [JOBSET, CONFIG_MAP] if wiring.hostfile_spec(job) else [JOBSET]
+        return [JOBSET, CONFIG_MAP] if hostfile_spec(job) else [JOBSET]
 
     def _render(self, job, name, identity, attempt):
         for role, role_spec in job.roles.items():
@@ -111,7 +111,7 @@ class JobSetBackend(Backend):
             template = pod_template(
                 job,
                 role,
-                wiring.role_env(job, name, role, addr),
+                pod_role_env(job, name, role, addr),
                 labels=role_labels,
                 annotations=annotations,
                 container_name=MAIN_CONTAINER,

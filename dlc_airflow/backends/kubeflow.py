@@ -52,11 +52,11 @@ from dlc_airflow.backends.base import (
     ttl_seconds,
 )
 from dlc_airflow.backends.batchjob import hostfile_config_map
-from dlc_airflow.backends.podspec import IndexSource, pod_template
+from dlc_airflow.backends.podspec import IndexSource, pod_role_env, pod_template
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.k8s.kinds import MPI_JOB, PYTORCH_JOB, TF_JOB, XGBOOST_JOB
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
 API_VERSION = "kubeflow.org/v1"
@@ -145,7 +145,7 @@ class KubeflowBackend(Backend):
     @staticmethod
     def _needs_hostfile(job: DLCJob) -> bool:
         # MPIJob's operator writes its own hostfile; PyTorchJob-based MPI launchers need ours.
-        return job.type is not JobType.mpi and wiring.hostfile_spec(job) is not None
+        return job.type is not JobType.mpi and hostfile_spec(job) is not None
 
     def _replicas(self, job: DLCJob) -> dict[str, tuple[str, int]]:
         """our role -> (replica type, replicas); promotes worker 0 to Master for xgboost, and for a
@@ -174,12 +174,12 @@ class KubeflowBackend(Backend):
         ports = [{"name": flavor.port_name, "containerPort": port}] if flavor.port_name and port else []
         # Where the hostfile is: ours (PyTorchJob launchers over MPI) or the MPIJob operator's,
         # which mounts it at the same path as we do (/etc/mpi/hostfile).
-        hostfile = wiring.hostfile_spec(job)
+        hostfile = hostfile_spec(job)
 
         specs = {}
         for role, (rtype, replicas) in self._replicas(job).items():
             source_role = role if role in job.roles else "worker"  # xgboost's promoted master
-            env = wiring.role_env(job, name, source_role, None, framework=False)
+            env = pod_role_env(job, name, source_role, None, framework=False)
             env["DLC_ROLE"] = role
             env["DLC_ROLE_REPLICAS"] = str(replicas)
             if hostfile is not None:

@@ -71,10 +71,10 @@ from dlc_airflow.backends.batchjob import (
     role_job_spec,
     settled,
 )
-from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
+from dlc_airflow.backends.podspec import JOB_INDEX, pod_role_env, pod_template
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import ordered_roles
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, condition
 
 
@@ -100,7 +100,7 @@ class NativeBackend(Backend):
 
     def kinds(self, job: DLCJob) -> list[ResourceKind]:
         kinds = [JOB, SERVICE]
-        if wiring.hostfile_spec(job):
+        if hostfile_spec(job):
             kinds.append(CONFIG_MAP)
         return kinds
 
@@ -121,7 +121,7 @@ class NativeBackend(Backend):
             template = pod_template(
                 job,
                 role,
-                wiring.role_env(job, name, role, addr),
+                pod_role_env(job, name, role, addr),
                 labels=role_labels,
                 annotations=annotations,
                 container_name=MAIN_CONTAINER,

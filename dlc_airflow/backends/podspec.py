@@ -20,10 +20,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dlc_airflow import wiring
+from dlc_airflow.backends.jobsecret import pod_env
 from dlc_airflow.errors import BackendError
-from dlc_airflow.secrets import SecretKeyRef
 from dlc_airflow.spec import DLCJob, Resources
-from dlc_airflow.wiring import IndexExpr, PodValue
+from dlc_airflow.spec.envsource import SecretKeyRef
+from dlc_airflow.wiring import Addressing, IndexExpr, PodValue
 
 # Spot / preemptible capacity. Nodes of spot capacity carry SPOT_LABEL=SPOT_VALUE (the label
 # Karpenter puts on spot nodes; label your own spot pools the same way) and, so that only jobs
@@ -69,6 +71,15 @@ JOB_INDEX = IndexSource("JOB_COMPLETION_INDEX", f"metadata.annotations['{COMPLET
 
 def index_env_name(name: str, part: str) -> str:
     return f"DLC_{name}_{part}"
+
+
+def pod_role_env(job: DLCJob, name: str, role: str, addr: Addressing | None,
+                 framework: bool = True) -> dict[str, PodValue]:
+    """A pod's env (wiring.role_env) with the user's hidden values as references to the job's
+    own Secret (jobsecret.pod_env): no value of theirs sits in a pod template."""
+    env = wiring.role_env(job, name, role, addr, framework)
+    env.update(pod_env(job, name, role))
+    return env
 
 
 def env_and_exports(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from dlc_airflow import reasons, wiring
+from dlc_airflow import reasons
 from dlc_airflow.backends.base import (
     Backend,
     ResourceKind,
@@ -39,7 +39,7 @@ from dlc_airflow.backends.base import (
     queue_labels,
     ttl_seconds,
 )
-from dlc_airflow.backends.podspec import pod_template
+from dlc_airflow.backends.podspec import pod_role_env, pod_template
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.k8s.kinds import RAY_JOB
@@ -90,7 +90,7 @@ class RayBackend(Backend):
         return pod_template(
             job,
             role,
-            wiring.role_env(job, name, role, None, framework=False),
+            pod_role_env(job, name, role, None, framework=False),
             labels=object_labels(job, name, identity, attempt, role),
             annotations=annotations,
             container_name=container,

@@ -29,7 +29,7 @@ scheduling.priority_class or fault_tolerance.max_restarts/retryable_exit_codes a
 applied (the job stays until deleted).
 
 MPI runtimes (mpi, deepspeed with launcher="mpi") get numProcPerNode = the hostfile slots of
-`wiring.hostfile_spec` (what the other backends write into their hostfiles) and DLC_HOSTFILE =
+`spec.hostfile_spec` (what the other backends write into their hostfiles) and DLC_HOSTFILE =
 the runtime's hostfile (/etc/mpi/hostfile, mounted in the launcher). Status: the conditions of
 the TrainJob's JobSet, copied by the Trainer controller, mapped as on the jobset backend.
 """
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlc_airflow import reasons, wiring
+from dlc_airflow import reasons
 from dlc_airflow.backends.base import (
     Backend,
     ResourceKind,
@@ -57,6 +57,7 @@ from dlc_airflow.backends.podspec import (
     JOB_INDEX,
     OUTPUT_FILE,
     env_and_exports,
+    pod_role_env,
     resource_list,
     scheduling_fields,
     shm_volume,
@@ -65,7 +66,7 @@ from dlc_airflow.backends.podspec import (
 from dlc_airflow.errors import BackendError, UnsupportedType, unsupported_type
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.k8s.kinds import TRAIN_JOB
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import MPI_HOSTFILE, DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
 RUNTIME_GROUP = "trainer.kubeflow.org"
@@ -116,7 +117,7 @@ class TrainerBackend(Backend):
     @staticmethod
     def _is_mpi(job: DLCJob) -> bool:
         """Launched over MPI (the runtime's launcher + sshd nodes): the jobs with a hostfile."""
-        return wiring.hostfile_spec(job) is not None
+        return hostfile_spec(job) is not None
 
     def check_options(self, job: DLCJob) -> None:
         t = job.type.value
@@ -155,9 +156,9 @@ class TrainerBackend(Backend):
         command_role = "launcher" if job.type is JobType.mpi else "worker"
         node_role = "worker"
         res = job.role_resources(node_role)
-        env = wiring.role_env(job, name, node_role, None, framework=False)
+        env = pod_role_env(job, name, node_role, None, framework=False)
         if self._is_mpi(job):  # the runtime's MPI plugin mounts its hostfile there
-            env.setdefault("DLC_HOSTFILE", wiring.MPI_HOSTFILE)
+            env.setdefault("DLC_HOSTFILE", MPI_HOSTFILE)
         env["DLC_OUTPUT_FILE"] = OUTPUT_FILE
         entries, exports = env_and_exports(env, JOB_INDEX)
         if exports:  # pragma: no cover - only framework env has computed values
@@ -169,8 +170,8 @@ class TrainerBackend(Backend):
             "env": entries,
             "numNodes": job.roles[node_role].replicas,
         }
-        # MPI runtimes write the hostfile from numProcPerNode: the slots of wiring.hostfile_spec.
-        hostfile = wiring.hostfile_spec(job)
+        # MPI runtimes write the hostfile from numProcPerNode: the slots of hostfile_spec.
+        hostfile = hostfile_spec(job)
         trainer["numProcPerNode"] = hostfile.slots if hostfile else job.nproc_per_node
         if values := resource_list(res):
             trainer["resourcesPerNode"] = {"requests": dict(values), "limits": dict(values)}

@@ -10,8 +10,10 @@ which adopts what exists and creates what is missing.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +43,9 @@ from dlc_airflow.naming import (
     label_value,
     task_labels,
 )
+from dlc_airflow.runner import Log
 from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec.envsource import SecretKeyRef
 from dlc_airflow.specpack import SPEC_ANNOTATION
 from dlc_airflow.status import JobStatus, parse_time
 
@@ -79,7 +83,7 @@ class KubeRunner:
 
     def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
         """Create the job's objects, or complete and adopt them; returns (ref, created anything)."""
-        from dlc_airflow.secrets import fill_job_secret
+        from dlc_airflow.backends.jobsecret import fill_job_secret
 
         objects = self.backend.render(job, name, identity, attempt)
         # the job's own Secret gets its values now: a missing variable fails before any create
@@ -245,6 +249,29 @@ class KubeRunner:
 
     def replicas(self, ref: JobRef) -> list[Replica]:
         return replicas_from_pods(self.pods(ref))
+
+    # -- masking (the SecretReader capability) -------------------------------------------
+    def secret_values(self, refs: Sequence[SecretKeyRef], logger: Log) -> list[str]:
+        """Values of Kubernetes Secret sources this identity may read (to mask them). Nothing is
+        read it may not get (dlc-airflow's Role has no `get` on Secrets): those are named once."""
+        values: list[str] = []
+        unreadable: list[str] = []
+        for ref in dict.fromkeys(refs):
+            try:
+                if not self.client.may("get", SECRET, self.namespace, name=ref.secret):
+                    unreadable.append(ref.describe())
+                    continue
+                obj = self.client.get(SECRET, ref.secret, self.namespace) or {}
+                raw = (obj.get("data") or {}).get(ref.key)
+                if raw:
+                    values.append(base64.b64decode(raw).decode("utf-8", errors="replace"))
+            except Exception as exc:  # noqa: BLE001 - masking is best effort; the kubelet reports a missing Secret
+                logger.debug("could not read %s to mask it: %s", ref.describe(), exc)
+                unreadable.append(ref.describe())
+        if unreadable:
+            logger.info("not masked in this log: %s (this identity may not get them; grant get on those Secrets "
+                        "by resourceNames to have them masked)", ", ".join(unreadable))
+        return values
 
     # -- inspect -----------------------------------------------------------------------
     def objects(self, ref: JobRef) -> list[dict]:

@@ -7,13 +7,15 @@ the job root as their namespace, so any process that has the ref finds the job.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
-from dlc_airflow.errors import SubmitError
+from dlc_airflow.errors import SecretSourceError, SubmitError
 from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.local.runner import LocalRunner
+from dlc_airflow.local.secrets import local_secret
 from dlc_airflow.naming import (
     LABEL_ATTEMPT,
     LABEL_JOB,
@@ -24,8 +26,10 @@ from dlc_airflow.naming import (
     job_labels,
     task_labels,
 )
-from dlc_airflow.runner import LogLines, OnStatus
+from dlc_airflow.runner import Log, LogLines, OnStatus
+from dlc_airflow.secrets.resolve import Entry
 from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec.envsource import SecretKeyRef
 from dlc_airflow.status import JobStatus, parse_time
 
 LOCAL = "local"
@@ -112,6 +116,16 @@ class LocalJobRunner:
 
     def spec(self, ref: JobRef) -> dict[str, Any] | None:
         return self.local.spec(ref.name)
+
+    def secret_values(self, refs: Sequence[SecretKeyRef], log: Log) -> list[str]:
+        """The local stand-ins of the Secret sources (those that exist)."""
+        values = []
+        for ref in refs:
+            try:
+                values.append(local_secret(Entry("env", "?", ref, "?"), ref, self.local.root))
+            except SecretSourceError:
+                continue
+        return values
 
     def replicas(self, ref: JobRef) -> list[Replica]:
         """From the supervisor's record; a replica still marked running when the job ended was

@@ -28,9 +28,11 @@ from dlc_airflow import reasons
 from dlc_airflow.errors import OwnershipError
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local import procs
+from dlc_airflow.local.secrets import local_values
 from dlc_airflow.naming import LABEL_TASK_KEY, LABEL_TRY
-from dlc_airflow.secrets import local_values, maskable, stored_spec
+from dlc_airflow.secrets.mask import maskable
 from dlc_airflow.spec import DLCJob, parse_job
+from dlc_airflow.specpack import stored
 from dlc_airflow.status import JobState, JobStatus
 
 __all__ = ["LocalJobError", "LocalRunner", "default_root"]
@@ -115,7 +117,7 @@ class LocalRunner:
         try:
             (staging / layout.LOGS).mkdir()
             (staging / layout.OUTPUTS).mkdir()
-            layout.write_json(staging / layout.SPEC, stored_spec(job))  # references, no secret values
+            layout.write_json(staging / layout.SPEC, stored(job))  # references, no secret values
             layout.write_json(staging / layout.LABELS, dict(labels))
             layout.write_json(staging / layout.ANNOTATIONS, dict(annotations or {}))
             (staging / UID).write_text(str(uuid.uuid4()))

@@ -26,7 +26,8 @@ from dlc_airflow.local import policy, procs
 from dlc_airflow.local.plan import PlannedReplica, plan_replicas
 from dlc_airflow.local.policy import Action
 from dlc_airflow.local.volumes import map_mounts
-from dlc_airflow.secrets import HIDDEN, entries, redactor, with_values
+from dlc_airflow.secrets.mask import redactor
+from dlc_airflow.secrets.resolve import HIDDEN, entries, with_values
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, parse_time
 

@@ -12,7 +12,7 @@ submitted the job (deferral, a worker restart, a retry that adopts the job). It:
    submitting process are dropped first (wiring.is_wired), and the folder of the
    interpreter running Airflow goes first on PATH (as if its virtualenv were activated), so
    `python` in a job's command is the environment's, as the image's would be on a cluster;
-   the MPI/DeepSpeed hostfile (wiring.hostfile_spec: presence and slots, as on native) is
+   the MPI/DeepSpeed hostfile (spec.hostfile_spec: presence and slots, as on native) is
    written to <jobdir>/hostfile;
 3. runs each replica in its own process group: health_check.command once, then the
    main command, stdout+stderr appended to logs/<role>-<i>.log;

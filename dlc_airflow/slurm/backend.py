@@ -173,7 +173,8 @@ class SlurmBackend:
             raise _refuse("scheduling.service_account: Slurm jobs run as the connection's user: remove it")
         if sched.queue_priority:
             raise _refuse("scheduling.queue_priority: a Kueue priority; on Slurm use priority_class (a QOS)")
-        from dlc_airflow.secrets import SecretKeyRef, entries
+        from dlc_airflow.secrets.resolve import entries
+        from dlc_airflow.spec.envsource import SecretKeyRef
 
         for entry in entries(job):
             if isinstance(entry.value, SecretKeyRef):
@@ -199,9 +200,9 @@ class SlurmBackend:
             if _hidden(job):
                 env[ENV_SECRETS] = SECRETS_PLACEHOLDER
         else:
-            from dlc_airflow.secrets import stored_spec
+            from dlc_airflow.specpack import stored
 
-            env[ENV_SPEC] = json.dumps(stored_spec(job), separators=(",", ":"), sort_keys=True)
+            env[ENV_SPEC] = json.dumps(stored(job), separators=(",", ":"), sort_keys=True)
             env[ENV_NAME] = name
             env[ENV_JOBDIR] = jobdir
             if _hidden(job):
@@ -240,7 +241,7 @@ def _refuse(message: str) -> BackendError:
 
 
 def _hidden(job: DLCJob) -> bool:
-    from dlc_airflow.secrets import entries
+    from dlc_airflow.secrets.resolve import entries
 
     return any(e.hidden() for e in entries(job))
 
@@ -422,11 +423,12 @@ def script_env(job: DLCJob, name: str, jobdir: str) -> dict[str, str]:
     """What a `slurm` job's script sees besides SLURM_*: the DLC_* every replica gets and the
     job's env (secret values are placeholders until fill_secrets)."""
     from dlc_airflow import wiring
-    from dlc_airflow.secrets import describe, entries
+    from dlc_airflow.secrets.resolve import entries
+    from dlc_airflow.spec.envsource import describe
 
     hidden = {e.name for e in entries(job) if e.hidden() and e.where in ("env", "roles.worker.env")}
     env: dict[str, str] = {}
-    for key, value in wiring.role_env(job, name, "worker", None, framework=False, secret_refs=False).items():
+    for key, value in wiring.role_env(job, name, "worker", None, framework=False).items():
         if isinstance(value, wiring.IndexExpr):
             value = value.at(0)
         if key in hidden or not isinstance(value, str):
@@ -438,7 +440,7 @@ def script_env(job: DLCJob, name: str, jobdir: str) -> dict[str, str]:
 
 def fill_secrets(request: JobRequest, job: DLCJob, values: dict[str, dict[str, str]]) -> JobRequest:
     """The request with the secret values in (read at submit: `values` is {where: {NAME: value}},
-    as dlc_airflow.secrets.local_values gives them). A `slurm` script gets them in its
+    as dlc_airflow.secrets.resolve.hidden_values gives them). A `slurm` script gets them in its
     environment; the other types' prelude gets them in DLC_SLURM_SECRETS and puts them in
     each replica's env (the spec it gets keeps references and hides literals)."""
     env = dict(request.environment)

@@ -37,7 +37,7 @@ from typing import Any
 from dlc_airflow import wiring
 from dlc_airflow.jobtypes import ordered_roles
 from dlc_airflow.slurm import backend as layout
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 
 PORT_BASE, PORT_SPAN = 20000, 10000
 
@@ -90,7 +90,7 @@ def plan_task(job: DLCJob, name: str, procid: int, nodes: list[str], address: Ca
     env.update(wiring.replica_env(job, name, role, index, addr))
     env["JOB_COMPLETION_INDEX"] = str(index)
     env["DLC_OUTPUT_FILE"] = f"{jobdir}/{layout.OUTPUTS}/{key}.json"
-    spec = wiring.hostfile_spec(job)
+    spec = hostfile_spec(job)
     hostfile = hostfile_path = None
     if spec is not None:
         hostfile = wiring.hostfile(job, addr, spec.slots)
@@ -176,7 +176,7 @@ def node_addresses(nodelist: str) -> dict[str, str]:
 
 
 def load_job(environ: Mapping[str, str]) -> DLCJob:
-    from dlc_airflow.secrets import with_values
+    from dlc_airflow.secrets.resolve import with_values
 
     job = DLCJob.model_validate(json.loads(environ[layout.ENV_SPEC]))
     values = json.loads(environ.get(layout.ENV_SECRETS) or "{}")
@@ -221,7 +221,7 @@ def copy(source: Any, log: int, redact: Callable[[bytes], bytes]) -> None:
 
 def redactor_of(environ: Mapping[str, str]) -> Callable[[bytes], bytes] | None:
     """bytes -> bytes masking the job's secret values (DLC_SLURM_SECRETS); None without any."""
-    from dlc_airflow.secrets import redactor
+    from dlc_airflow.secrets.mask import redactor
 
     values = json.loads(environ.get(layout.ENV_SECRETS) or "{}")
     found = redactor(v for group in values.values() for v in group.values())

@@ -371,13 +371,9 @@ def _attempt(identity: dict[str, Any]) -> int:
 
 def _secret_values(job: DLCJob) -> dict[str, dict[str, str]]:
     """{where: {NAME: value}} of the job's hidden env (Airflow sources read now)."""
-    from dlc_airflow.secrets import entries, resolve
+    from dlc_airflow.secrets.resolve import hidden_values
 
-    out: dict[str, dict[str, str]] = {}
-    for entry in entries(job):
-        if entry.hidden():
-            out.setdefault(entry.where, {})[entry.name] = resolve(entry)
-    return out
+    return hidden_values(job)
 
 
 def _make_root(root: str) -> None:

@@ -16,14 +16,14 @@ import sys
 
 import pytest
 
-from dlc_airflow import naming, registry, wiring
+from dlc_airflow import naming, registry
 from dlc_airflow.backends import BACKENDS as BACKENDS_REGISTRY
 from dlc_airflow.backends import ResourceKind, get_backend, podspec
 from dlc_airflow.backends.kubeflow import FLAVORS
 from dlc_airflow.backends.trainer import TrainerBackend
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
-from dlc_airflow.spec import DLCJob, EmptyDirMount
+from dlc_airflow.spec import DEEPSPEED_HOSTFILE, MPI_HOSTFILE, DLCJob, EmptyDirMount
 from tests.unit.k8s_schema import job_spec_errors, validate
 
 NAME = "demo-0123abcd-1"
@@ -369,11 +369,11 @@ def test_mpi_hostfile_configmap_and_mounts():
         assert {r for r, _ in templates} == {"launcher", "worker"}
         for _, t in templates:
             mounts = {m["mountPath"]: m for m in main(t)["volumeMounts"]}
-            assert mounts[wiring.MPI_HOSTFILE]["subPath"] == "hostfile"
-            vol = next(v for v in t["spec"]["volumes"] if v["name"] == mounts[wiring.MPI_HOSTFILE]["name"])
+            assert mounts[MPI_HOSTFILE]["subPath"] == "hostfile"
+            vol = next(v for v in t["spec"]["volumes"] if v["name"] == mounts[MPI_HOSTFILE]["name"])
             assert vol["configMap"]["name"] == f"{NAME}-hostfile"
             env = env_of(main(t))
-            assert env["OMPI_MCA_orte_default_hostfile"]["value"] == wiring.MPI_HOSTFILE
+            assert env["OMPI_MCA_orte_default_hostfile"]["value"] == MPI_HOSTFILE
             assert env["WORLD_SIZE"]["value"] == "12"
 
 
@@ -382,12 +382,12 @@ def test_deepspeed_mpi_launcher_hostfile():
     cm = by_kind(render("native", job), "ConfigMap")[0]
     assert cm["data"]["hostfile"] == f"{NAME}-worker-0.{NAME} slots=8\n{NAME}-worker-1.{NAME} slots=8\n"
     t = native_job(render("native", job), "worker")["spec"]["template"]
-    assert wiring.DEEPSPEED_HOSTFILE in {m["mountPath"] for m in main(t)["volumeMounts"]}
+    assert DEEPSPEED_HOSTFILE in {m["mountPath"] for m in main(t)["volumeMounts"]}
     # kubeflow: the operator's per-pod Services are the hosts
     objs = render("kubeflow", job)
     assert objs[0]["kind"] == "PyTorchJob"
     assert by_kind(objs, "ConfigMap")[0]["data"]["hostfile"].startswith(f"{NAME}-worker-0 slots=8\n")
-    assert env_of(main(pod_templates(objs[0])[0][1]))["DLC_HOSTFILE"]["value"] == wiring.DEEPSPEED_HOSTFILE
+    assert env_of(main(pod_templates(objs[0])[0][1]))["DLC_HOSTFILE"]["value"] == DEEPSPEED_HOSTFILE
 
 
 def test_batch_shards():

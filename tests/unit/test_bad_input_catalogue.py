@@ -253,7 +253,7 @@ def test_every_count_and_switch_of_every_spec_model_is_strict():
     list-of-int and bool field of each model refuses the wrong kind, naming the field."""
     from pydantic import ValidationError
 
-    from dlc_airflow.specfields import scalar_kind
+    from dlc_airflow.spec.fields import scalar_kind
 
     checked = []
     for model in sorted(_spec_models(), key=lambda m: m.__name__):
