@@ -16,8 +16,8 @@ from typing import Any
 def _kubernetes_backend(name: str) -> Any:
     """The backend `name` as the operator spells it (every backend is listed when it is
     unknown); `render` prints Kubernetes objects, which the local backend has none of."""
-    from dlc_airflow.backends import get_backend
     from dlc_airflow.errors import BackendError
+    from dlc_airflow.k8s.backends import get_backend
     from dlc_airflow.registry import check_backend_name, is_kubernetes
 
     check_backend_name(name)

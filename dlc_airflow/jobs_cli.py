@@ -368,7 +368,7 @@ def user_errors() -> Iterable[type[BaseException]]:
     """The exceptions of the libraries underneath that are the user's to fix: one line each."""
     from dlc_airflow.airflow.runners import NoSuchConnection
     from dlc_airflow.errors import BackendError, SubmitError
-    from dlc_airflow.k8s.client import KubeError
+    from dlc_airflow.k8s.errors import KubeError
     from dlc_airflow.policy import PolicyError
     from dlc_airflow.spec import SpecError
 

@@ -1,6 +1,6 @@
 """Every backend by name: its pure half (the job types it runs, `check`) and its runner.
 
-The Kubernetes backends live in dlc_airflow.backends; the others in their own packages,
+The Kubernetes backends live in dlc_airflow.k8s.backends; the others in their own packages,
 imported only when used, so a DAG file that names one backend loads nothing of the rest.
 A backend's pure half answers `name`, `job_types` and `check(job)` (BackendError naming
 what it cannot run and what to use instead).
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
-from dlc_airflow.backends import BACKENDS as KUBERNETES_BACKENDS
-from dlc_airflow.backends import get_backend
 from dlc_airflow.errors import BackendError, UnsupportedType
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends import BACKENDS as KUBERNETES_BACKENDS
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.spec import DLCJob
 
 LOCAL = "local"

@@ -4,7 +4,7 @@ It is the cncf.kubernetes KubernetesHook (same connection: in-cluster, kubeconfi
 content, context, namespace, disable SSL / TCP keepalive; `kubernetes_default` works
 unchanged) plus a namespace allow-list (connection extra `dlc_namespaces`, comma-separated,
 or the `allowed_namespaces` argument) and our small client (`get_client`). The connection's
-reading lives in dlc_airflow.airflow.kubeconn.KubeConnection, which tasks and triggers use
+reading lives in dlc_airflow.k8s.connection.KubeConnection, which tasks and triggers use
 directly; this class adds what only a hook has: the connection form, the Test button, and
 the provider's own methods on the same settings.
 """
@@ -16,8 +16,8 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
-from dlc_airflow.airflow.kubeconn import ConfigSource, KubeConnection, NamespaceNotAllowed
 from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.connection import ConfigSource, KubeConnection, NamespaceNotAllowed
 
 __all__ = ["DLCHook", "NamespaceNotAllowed"]
 
@@ -86,7 +86,7 @@ class DLCHook(KubernetesHook):
 
     def test_connection(self) -> tuple[bool, str]:
         """For the UI's Test button: who the connection is, on which server."""
-        from dlc_airflow.k8s.client import KubeError
+        from dlc_airflow.k8s.errors import KubeError
 
         try:
             client = self.get_client()

@@ -108,8 +108,8 @@ def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: di
         return LocalJobRunner(local_root)
     if not is_kubernetes(backend):
         return RUNNER_FACTORIES[backend](conn_id, namespace, connection)
-    from dlc_airflow.airflow.kubeconn import KubeConnection
-    from dlc_airflow.backends import get_backend
+    from dlc_airflow.k8s.backends import get_backend
+    from dlc_airflow.k8s.connection import KubeConnection
     from dlc_airflow.k8s.runner import KubeRunner
 
     kube = KubeConnection(conn_id, namespace=namespace, extras=extras)

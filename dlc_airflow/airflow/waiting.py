@@ -62,7 +62,7 @@ class LogCursor:
 
 def why_not_started(runner: JobRunner, ref: JobRef, log: Log) -> str:
     """The controller's reason the job's pods cannot be created, from its events ('' if none)."""
-    from dlc_airflow.backends.base import failed_create
+    from dlc_airflow.k8s.backends.base import failed_create
 
     try:
         return failed_create(runner.events(ref))

@@ -18,12 +18,13 @@ from dataclasses import replace
 from typing import Any
 
 from dlc_airflow import specpack
-from dlc_airflow.backends import kueue
-from dlc_airflow.backends.base import Backend
 from dlc_airflow.errors import OwnershipError, SubmitError
 from dlc_airflow.jobinfo import JobInfo, Replica, attempt_of, replicas_from_pods
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.k8s.client import AuthError, Conflict, KubeClient, KubeConfigError, KubeError, NotFound
+from dlc_airflow.k8s.backends import kueue
+from dlc_airflow.k8s.backends.base import Backend
+from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.errors import AuthError, Conflict, KubeConfigError, KubeError, NotFound
 from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, WORKLOAD, ResourceKind, kind_of
 from dlc_airflow.k8s.pods import rank_key, replica_name
 from dlc_airflow.k8s.waiter import JobWaiter
@@ -83,7 +84,7 @@ class KubeRunner:
 
     def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
         """Create the job's objects, or complete and adopt them; returns (ref, created anything)."""
-        from dlc_airflow.backends.jobsecret import fill_job_secret
+        from dlc_airflow.k8s.backends.jobsecret import fill_job_secret
 
         objects = self.backend.render(job, name, identity, attempt)
         # the job's own Secret gets its values now: a missing variable fails before any create

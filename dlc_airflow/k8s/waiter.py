@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import kueue
-from dlc_airflow.backends.base import Backend
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.k8s.backends import kueue
+from dlc_airflow.k8s.backends.base import Backend
 from dlc_airflow.k8s.client import KubeClient
 from dlc_airflow.k8s.kinds import EVENT, POD, WORKLOAD, ResourceKind
 from dlc_airflow.k8s.watch import REGISTRY, JobObjects, SharedWatch, WatchRegistry, event_job

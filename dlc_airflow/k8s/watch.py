@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
-from dlc_airflow.k8s.client import AuthError, Gone, KubeClient, KubeError
+from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.errors import AuthError, Gone, KubeError
 from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.naming import LABEL_JOB, MANAGED_BY, MANAGER
 

@@ -1,7 +1,7 @@
 """What the local supervisor does when a replica ends, and when the job has succeeded. Pure.
 
 The same rules as the native backend's per-index fault tolerance
-(dlc_airflow.backends.native.pod_failure_rules, backoffLimitPerIndex), first match wins:
+(dlc_airflow.k8s.backends.native.pod_failure_rules, backoffLimitPerIndex), first match wins:
 
 1. exit code 0: the replica succeeded;
 2. preempted (with restart_on_preemption): replaced without counting a restart;

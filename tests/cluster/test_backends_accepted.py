@@ -23,9 +23,9 @@ import json
 import pytest
 
 from dlc_airflow import naming
-from dlc_airflow.backends import get_backend
 from dlc_airflow.errors import BackendError
-from dlc_airflow.k8s.client import KubeError
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.errors import KubeError
 from dlc_airflow.k8s.kinds import CONFIG_MAP, EVENT, JOB, POD, SERVICE, kind_of
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob

@@ -24,8 +24,8 @@ import uuid
 import pytest
 
 from dlc_airflow.airflow.waiting import wait_sync
-from dlc_airflow.backends import get_backend
 from dlc_airflow.finish import OnFinish, finish
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, NAMESPACE, SERVICE, ResourceKind
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import MANAGED_BY, TaskIdentity
@@ -147,7 +147,7 @@ def admission_policy(admin, namespace):
         "restartPolicy": "Never", "containers": [{"name": "c", "image": IMAGE}]}}}}
 
     def in_force() -> bool:  # a policy takes a moment to reach the admission plugin
-        from dlc_airflow.k8s.client import KubeError
+        from dlc_airflow.k8s.errors import KubeError
 
         try:
             admin.create(probe, namespace, dry_run=True)
@@ -204,7 +204,7 @@ RBAC_CASES = {
 
 @pytest.mark.parametrize("backend, spec, resource", RBAC_CASES.values(), ids=RBAC_CASES.keys())
 def test_a_namespace_without_the_role(cluster, admin, unbound_namespace, backend, spec, resource):
-    from dlc_airflow.k8s.client import Forbidden
+    from dlc_airflow.k8s.errors import Forbidden
 
     kube = cluster.restricted(unbound_namespace)
     with pytest.raises(Forbidden) as err:

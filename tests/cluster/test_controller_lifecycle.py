@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from dlc_airflow.backends import get_backend
 from dlc_airflow.errors import OwnershipError
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, JOBSET, POD, SERVICE, WORKLOAD, ResourceKind
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import TaskIdentity

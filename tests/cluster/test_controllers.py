@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
-from dlc_airflow.k8s.client import KubeError
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.errors import KubeError
 from dlc_airflow.k8s.kinds import JOB, JOBSET, POD, PYTORCH_JOB, TRAIN_JOB, ResourceKind
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import POD, WORKLOAD
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from dlc_airflow.backends import get_backend
 from dlc_airflow.errors import OwnershipError, SubmitError
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, POD, SERVICE, kind_of
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import MANAGED_BY, TaskIdentity, job_name

@@ -17,9 +17,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
-from dlc_airflow.backends.base import KUEUE_QUEUE_LABEL
-from dlc_airflow.k8s.client import Conflict, KubeClient
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.backends.base import KUEUE_QUEUE_LABEL
+from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.errors import Conflict
 from dlc_airflow.k8s.kinds import kind_of
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import POD
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import LABEL_JOB

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import JOB, SERVICE, kind_of
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import LABEL_JOB, TaskIdentity, job_name

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlc_airflow.k8s.client import Conflict, KubeClient, NotFound
+from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.errors import Conflict, NotFound
 from dlc_airflow.k8s.kinds import NAMESPACE, ResourceKind
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +103,7 @@ class TestCluster:
 
 
 def ensure_service_account(admin: KubeClient) -> None:
-    from dlc_airflow.k8s.client import Conflict
+    from dlc_airflow.k8s.errors import Conflict
 
     for obj in (
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SA_NAMESPACE}},

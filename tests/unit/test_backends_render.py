@@ -17,12 +17,12 @@ import sys
 import pytest
 
 from dlc_airflow import naming, registry
-from dlc_airflow.backends import BACKENDS as BACKENDS_REGISTRY
-from dlc_airflow.backends import ResourceKind, get_backend, podspec
-from dlc_airflow.backends.kubeflow import FLAVORS
-from dlc_airflow.backends.trainer import TrainerBackend
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends import BACKENDS as BACKENDS_REGISTRY
+from dlc_airflow.k8s.backends import ResourceKind, get_backend, podspec
+from dlc_airflow.k8s.backends.kubeflow import FLAVORS
+from dlc_airflow.k8s.backends.trainer import TrainerBackend
 from dlc_airflow.spec import DEEPSPEED_HOSTFILE, MPI_HOSTFILE, DLCJob, EmptyDirMount
 from tests.unit.k8s_schema import job_spec_errors, validate
 
@@ -212,7 +212,7 @@ def test_every_type_on_every_backend(job_type, backend):
 
 
 def test_each_backend_declares_its_job_types_once():
-    from dlc_airflow.backends import backends_running
+    from dlc_airflow.k8s.backends import backends_running
 
     for job_type in JobType:
         assert backends_running(job_type) == [b for b in BACKENDS_REGISTRY if job_type.value in SUPPORT[b]]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from dlc_airflow import naming, reasons
-from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 
@@ -490,7 +490,7 @@ def test_native_failed_counts_restarts_before_the_last_failure():
 
 
 def test_native_failed_restarts_from_pods():
-    from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION
+    from dlc_airflow.k8s.backends.podspec import COMPLETION_INDEX_ANNOTATION
 
     def replica(name, index, phase, created, disrupted=False):
         p = pod(name, "worker", phase=phase,
@@ -593,7 +593,7 @@ def test_exhausted_restarts_have_the_same_reason_on_every_backend():
                     "message": "Job entrypoint command failed with exit code 1", "endTime": T3}
     exhausted["ray"] = ray.status([rj])
 
-    from dlc_airflow.backends import BACKENDS
+    from dlc_airflow.k8s.backends import BACKENDS
 
     assert set(exhausted) == set(BACKENDS)  # a new backend must say how it reports this
     assert {b: (s.state, s.reason) for b, s in exhausted.items()} == \

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlc_airflow.backends import BACKENDS, get_backend
 from dlc_airflow.cli import main
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends import BACKENDS, get_backend
 from dlc_airflow.spec import load_job, parse_job
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ from dlc_airflow.local.policy import Action
 from dlc_airflow.spec import MPI_HOSTFILE, DLCJob, FaultTolerance, hostfile_spec
 
 try:  # the batch/v1 pieces native and JobSet share
-    from dlc_airflow.backends.batchjob import pod_failure_rules
+    from dlc_airflow.k8s.backends.batchjob import pod_failure_rules
 except ImportError:  # pragma: no cover - before the move
-    from dlc_airflow.backends.native import pod_failure_rules  # type: ignore[no-redef]
+    from dlc_airflow.k8s.backends.native import pod_failure_rules  # type: ignore[no-redef]
 
 CMD = ["python", "train.py"]
 

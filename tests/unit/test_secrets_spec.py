@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from dlc_airflow import specpack
-from dlc_airflow.backends import get_backend
 from dlc_airflow.cli import main
 from dlc_airflow.errors import SecretSourceError
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.local.runner import LocalRunner
 from dlc_airflow.local.secrets import local_values
 from dlc_airflow.secrets import mask, resolve

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from dlc_airflow import wiring
-from dlc_airflow.backends import backends_running, get_backend, podspec
-from dlc_airflow.backends.kubeflow import REPLICA_INDEX
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends import backends_running, get_backend, podspec
+from dlc_airflow.k8s.backends.kubeflow import REPLICA_INDEX
 from dlc_airflow.local.plan import plan_replicas
 from dlc_airflow.slurm.backend import SlurmBackend
 from dlc_airflow.spec import DLCJob, hostfile_spec

@@ -22,13 +22,9 @@ from functools import cached_property
 from typing import Any
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
-from dlc_airflow.k8s.client import (
-    KubeClient,
-    KubeConfigError,
-    config_error,
-    kubeconfig_namespace,
-    kubeconfig_paths,
-)
+from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.errors import KubeConfigError, config_error
+from dlc_airflow.k8s.kubeconfig import kubeconfig_namespace, kubeconfig_paths
 
 #: prefixes of extras saved by Airflow < 2.3 (the provider's own, and ours by our conn type)
 EXTRA_PREFIXES = ("extra__kubernetes__", "extra__dlc_kubernetes__")

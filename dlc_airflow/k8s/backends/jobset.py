@@ -28,7 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 from dlc_airflow import naming, reasons, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow.errors import BackendError
+from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     Backend,
     ResourceKind,
@@ -44,7 +46,7 @@ from dlc_airflow.backends.base import (
     queue_labels,
     ttl_seconds,
 )
-from dlc_airflow.backends.batchjob import (
+from dlc_airflow.k8s.backends.batchjob import (
     JOB_TYPES,
     MAIN_CONTAINER,
     NO_RAY,
@@ -53,9 +55,7 @@ from dlc_airflow.backends.batchjob import (
     job_addressing,
     role_job_spec,
 )
-from dlc_airflow.backends.podspec import JOB_INDEX, pod_role_env, pod_template
-from dlc_airflow.errors import BackendError
-from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.backends.podspec import JOB_INDEX, pod_role_env, pod_template
 from dlc_airflow.k8s.kinds import JOBSET
 from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition

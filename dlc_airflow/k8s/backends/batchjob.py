@@ -15,15 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from dlc_airflow import naming, reasons, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends.base import (
     condition_time,
     deadline_seconds,
     earliest,
     latest,
     ttl_seconds,
 )
-from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION, Volumes
-from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends.podspec import COMPLETION_INDEX_ANNOTATION, Volumes
 from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlc_airflow import wiring
-from dlc_airflow.backends.jobsecret import pod_env
 from dlc_airflow.errors import BackendError
+from dlc_airflow.k8s.backends.jobsecret import pod_env
 from dlc_airflow.spec import DLCJob, Resources
 from dlc_airflow.spec.envsource import SecretKeyRef
 from dlc_airflow.wiring import Addressing, IndexExpr, PodValue

@@ -39,7 +39,9 @@ from __future__ import annotations
 from typing import Any
 
 from dlc_airflow import reasons
-from dlc_airflow.backends.base import (
+from dlc_airflow.errors import BackendError, UnsupportedType, unsupported_type
+from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends.base import (
     Backend,
     ResourceKind,
     apply_pods,
@@ -52,8 +54,8 @@ from dlc_airflow.backends.base import (
     pod_role_counts,
     queue_labels,
 )
-from dlc_airflow.backends.jobset import JOBSET_FAILURE_REASONS
-from dlc_airflow.backends.podspec import (
+from dlc_airflow.k8s.backends.jobset import JOBSET_FAILURE_REASONS
+from dlc_airflow.k8s.backends.podspec import (
     JOB_INDEX,
     OUTPUT_FILE,
     env_and_exports,
@@ -63,8 +65,6 @@ from dlc_airflow.backends.podspec import (
     shm_volume,
     storage_volumes,
 )
-from dlc_airflow.errors import BackendError, UnsupportedType, unsupported_type
-from dlc_airflow.jobtypes import JobType
 from dlc_airflow.k8s.kinds import TRAIN_JOB
 from dlc_airflow.spec import MPI_HOSTFILE, DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition

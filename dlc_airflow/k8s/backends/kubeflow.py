@@ -37,7 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlc_airflow import reasons, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow.errors import BackendError
+from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     Backend,
     ResourceKind,
@@ -51,10 +53,8 @@ from dlc_airflow.backends.base import (
     queue_labels,
     ttl_seconds,
 )
-from dlc_airflow.backends.batchjob import hostfile_config_map
-from dlc_airflow.backends.podspec import IndexSource, pod_role_env, pod_template
-from dlc_airflow.errors import BackendError
-from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.backends.batchjob import hostfile_config_map
+from dlc_airflow.k8s.backends.podspec import IndexSource, pod_role_env, pod_template
 from dlc_airflow.k8s.kinds import MPI_JOB, PYTORCH_JOB, TF_JOB, XGBOOST_JOB
 from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition

@@ -47,7 +47,9 @@ controller's wording stays in the message.
 from __future__ import annotations
 
 from dlc_airflow import naming, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow.errors import BackendError
+from dlc_airflow.jobtypes import ordered_roles
+from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     JOB,
     SERVICE,
@@ -59,7 +61,7 @@ from dlc_airflow.backends.base import (
     object_labels,
     queue_labels,
 )
-from dlc_airflow.backends.batchjob import (
+from dlc_airflow.k8s.backends.batchjob import (
     JOB_TYPES,
     MAIN_CONTAINER,
     NO_RAY,
@@ -71,9 +73,7 @@ from dlc_airflow.backends.batchjob import (
     role_job_spec,
     settled,
 )
-from dlc_airflow.backends.podspec import JOB_INDEX, pod_role_env, pod_template
-from dlc_airflow.errors import BackendError
-from dlc_airflow.jobtypes import ordered_roles
+from dlc_airflow.k8s.backends.podspec import JOB_INDEX, pod_role_env, pod_template
 from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, condition
 

@@ -25,7 +25,9 @@ import shlex
 from typing import Any
 
 from dlc_airflow import reasons
-from dlc_airflow.backends.base import (
+from dlc_airflow.errors import BackendError
+from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends.base import (
     Backend,
     ResourceKind,
     apply_pods,
@@ -39,9 +41,7 @@ from dlc_airflow.backends.base import (
     queue_labels,
     ttl_seconds,
 )
-from dlc_airflow.backends.podspec import pod_role_env, pod_template
-from dlc_airflow.errors import BackendError
-from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends.podspec import pod_role_env, pod_template
 from dlc_airflow.k8s.kinds import RAY_JOB
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts

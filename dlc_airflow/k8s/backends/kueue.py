@@ -13,7 +13,7 @@ k8s/rbac/role.yaml); without them the status says only "suspended".
 from __future__ import annotations
 
 from dlc_airflow import reasons
-from dlc_airflow.backends.base import KUEUE_QUEUE_LABEL, ON_PREEMPTION_LABEL
+from dlc_airflow.k8s.backends.base import KUEUE_QUEUE_LABEL, ON_PREEMPTION_LABEL
 from dlc_airflow.status import JobState, JobStatus
 
 

@@ -140,8 +140,8 @@ class Backend(ABC):
         A job with secret env values (Airflow sources, secret-looking literals) also gets its
         own Secret, second: right after the primary that owns it, before the other objects
         whose pods read it. Its values are placeholders here (dlc_airflow.secrets)."""
-        from dlc_airflow.backends.jobsecret import job_secret
         from dlc_airflow.errors import SecretSourceError
+        from dlc_airflow.k8s.backends.jobsecret import job_secret
 
         check_name(name, self.name)
         self.check(job)
