@@ -29,7 +29,7 @@ from typing import Any
 from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.registry import entry, has_connection, is_folder
-from dlc_airflow.runner import JobRunner
+from dlc_airflow.runner import EventSource, JobRunner, SpecKeeper
 
 
 class CliError(Exception):
@@ -91,7 +91,7 @@ def cmd_list(args: argparse.Namespace) -> Any:
 
 
 def _info_row(info: JobInfo) -> dict[str, Any]:
-    return {"name": info.ref.name, "backend": info.ref.backend, "namespace": info.ref.namespace,
+    return {"name": info.ref.name, "backend": info.ref.backend, "namespace": info.ref.place,
             "dag": info.dag_id, "task": info.task_id, "run": info.run_id, "try": info.try_number,
             "attempt": info.ref.attempt, "created": _time(info.created)}
 
@@ -111,7 +111,7 @@ def cmd_describe(args: argparse.Namespace) -> Any:
         "replicas": [{"replica": r.name, "state": r.state, "node": r.node, "started": _time(r.started),
                       "finished": _time(r.finished), "exit_code": r.exit_code, "reason": r.reason,
                       "restarts": r.restarts} for r in runner.replicas(ref)],
-        "events": [describe_event(e) for e in runner.events(ref)],
+        "events": [describe_event(e) for e in runner.events(ref)] if isinstance(runner, EventSource) else [],
     }
 
 
@@ -136,19 +136,19 @@ def cmd_stop(args: argparse.Namespace) -> Any:
         print(f"job {ref.name} has already ended: nothing to stop", file=sys.stderr)
         return None
     runner.stop(ref)
-    print(f"stopped job {ref.name} ({ref.backend}, {ref.namespace})", file=sys.stderr)
+    print(f"stopped job {ref.name} ({ref.backend}, {ref.place})", file=sys.stderr)
     return None
 
 
 def cmd_delete(args: argparse.Namespace) -> Any:
     runner, ref = find(args, args.name)
     runner.delete(ref)
-    print(f"deleted job {ref.name} ({ref.backend}, {ref.namespace}) and what it made", file=sys.stderr)
+    print(f"deleted job {ref.name} ({ref.backend}, {ref.place}) and what it made", file=sys.stderr)
     return None
 
 
 def stored_job(runner: JobRunner, ref: JobRef) -> dict[str, Any]:
-    spec = runner.spec(ref)
+    spec = runner.spec(ref) if isinstance(runner, SpecKeeper) else None
     if spec is None:
         raise CliError(f"job {ref.name} kept no spec ({ref.backend} backend, or a job submitted before specs "
                        "travelled with jobs): clone it from its DAG instead")
@@ -181,8 +181,8 @@ def cmd_clone(args: argparse.Namespace) -> Any:
         policy, source = load_policy(None)
     enforce(policy, job, source)
     new, _ = runner.submit(job, name, None, 1)
-    print(f"submitted job {new.name} ({new.backend}, {new.namespace}), a clone of {ref.name}", file=sys.stderr)
-    return {"name": new.name, "backend": new.backend, "namespace": new.namespace, "uid": new.uid,
+    print(f"submitted job {new.name} ({new.backend}, {new.place}), a clone of {ref.name}", file=sys.stderr)
+    return {"name": new.name, "backend": new.backend, "namespace": new.place, "uid": new.uid,
             "cloned_from": ref.name}
 
 
@@ -241,10 +241,10 @@ def dag_snippet(data: dict[str, Any], info: JobInfo) -> str:
     dag_id = info.dag_id or f"{ref.name.replace('-', '_')}_dag"
     task_id = info.task_id.rsplit(".", 1)[-1] if info.task_id else "job"
     place = "local_root" if is_folder(ref.backend) else "namespace"
-    where = f'backend="{ref.backend}", {place}="{ref.namespace}"'
+    where = f'backend="{ref.backend}", {place}="{ref.place}"'
     job = pprint.pformat(data, width=100, sort_dicts=False)
     return (
-        f'"""Reproduces dlc-airflow job {ref.name} ({ref.backend}, {ref.namespace})."""\n\n'
+        f'"""Reproduces dlc-airflow job {ref.name} ({ref.backend}, {ref.place})."""\n\n'
         "from datetime import datetime, timezone\n\n"
         "from airflow.sdk import DAG\n\n"
         "from dlc_airflow.operators import DLCJobOperator\n\n"

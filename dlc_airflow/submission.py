@@ -74,7 +74,7 @@ def submit_or_adopt(runner: JobRunner, job: DLCJob, identity: TaskIdentity, *, b
     name = job_name(base_name, identity, attempt)
     ref, created = runner.submit(job, name, identity, attempt)
     _claim(runner, ref, identity, log)
-    log.info("%s job %s (attempt %d) in %s", "submitted" if created else "adopted", ref.name, attempt, ref.namespace)
+    log.info("%s job %s (attempt %d) in %s", "submitted" if created else "adopted", ref.name, attempt, ref.place)
     return Submission(Action.SUBMITTED if created else Action.ADOPTED, ref, runner.status(ref))
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from dlc_airflow.airflow.notify import Notifications
     from dlc_airflow.naming import TaskIdentity
     from dlc_airflow.progress import Verdict
-    from dlc_airflow.runner import JobRunner
+    from dlc_airflow.runner import JobRunner, Replica
     from dlc_airflow.status import JobStatus
 
 
@@ -201,19 +201,20 @@ class DLCJobOperator(BaseOperator):
             return self._finish(context, runner, ref, terminal_verdict(ref.name, status), [])
         if not self.wait_for_completion:
             self.log.info("not waiting for job %s (wait_for_completion=False)", ref.name)
-            return job_result(ref, status, {})
+            return job_result(ref, status, None)
         if self.deferrable:
             self._defer(ref)
         with _user_errors():
-            verdict, pods = wait_sync(runner, ref, self.log, queue_timeout=self.queue_timeout,
-                                      timeout=self.timeout, stream_logs=self.stream_logs,
-                                      on_change=self._notifications.on_change if self._notifications else None)
-        return self._finish(context, runner, ref, verdict, pods)
+            verdict, replicas = wait_sync(runner, ref, self.log, queue_timeout=self.queue_timeout,
+                                          timeout=self.timeout, stream_logs=self.stream_logs,
+                                          on_change=self._notifications.on_change if self._notifications else None)
+        return self._finish(context, runner, ref, verdict, replicas)
 
-    def _finish(self, context: Context, runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict]) -> Any:
+    def _finish(self, context: Context, runner: JobRunner, ref: JobRef, verdict: Verdict,
+                replicas: Sequence[Replica]) -> Any:
         from dlc_airflow.finish import finish
 
-        outcome = finish(runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish), log=self.log,
+        outcome = finish(runner, ref, verdict, replicas, on_finish=OnFinish(self.on_finish), log=self.log,
                          record=self._recorder(context), owner_try=self._try)
         if self._notifications is not None:
             self._notifications.final(outcome.ok, verdict.status, outcome.error)
@@ -274,11 +275,9 @@ class DLCJobOperator(BaseOperator):
             data = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REF, map_indexes=ti.map_index)
             if not data:
                 raise AirflowException(f"{self.task_id}: resumed without the job's reference")
-            from dlc_airflow.airflow.runners import make_runner
+            from dlc_airflow.airflow.runners import runner_of
 
-            ref = JobRef.from_dict(data)
-            runner = make_runner(ref.backend, self.conn_id or DEFAULT_CONN_ID, self.namespace,
-                                 local_root=self.local_root)
+            runner, ref = runner_of(data, conn_id=self.conn_id, namespace=self.namespace, local_root=self.local_root)
             job_event = JobEvent.from_task_end(event, ref, runner, OnFinish(self.on_finish))
         self._recorder(context)({**job_event.ref.to_dict(), "state": job_event.result.get("state"),
                                  "result": job_event.result})

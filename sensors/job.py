@@ -87,20 +87,18 @@ class DLCJobSensor(BaseSensorOperator):
         return True
 
     def _runner_and_ref(self, context: Context) -> tuple[JobRunner, JobRef]:
-        from dlc_airflow.airflow.runners import make_runner
+        from dlc_airflow.airflow.runners import make_runner, runner_of
 
         if self.task_id_of_job:
             ti = context["ti"]
             data = ti.xcom_pull(task_ids=self.task_id_of_job, key=XCOM_REF, map_indexes=ti.map_index)
             if not data:
                 raise AirflowException(f"task {self.task_id_of_job!r} has not submitted a job (no XCom {XCOM_REF!r})")
-            ref = JobRef.from_dict(data)
-            return make_runner(ref.backend, self.conn_id, self.namespace or ref.namespace,
-                               local_root=self.local_root), ref
+            return runner_of(data, conn_id=self.conn_id, namespace=self.namespace, local_root=self.local_root)
         runner = make_runner(self.backend, self.conn_id, self.namespace, local_root=self.local_root)
         found = runner.lookup(self.job_name or "")
         if found is None:
-            raise AirflowException(f"no {self.backend} job {self.job_name!r} in {runner.namespace} "
+            raise AirflowException(f"no {self.backend} job {self.job_name!r} in {runner.place} "
                                    "(not submitted yet, or deleted)")
         return runner, found
 

@@ -53,9 +53,9 @@ class JobEvent:
             # the trigger took the result and deleted the job, as asked: it succeeded
             status = status.model_copy(update={"state": JobState.SUCCEEDED, "reason": "", "message": ""})
         if not status.terminal:
-            return cls(ref, False, job_result(ref, status, {}), f"job {ref.name} did not succeed: the trigger ended "
+            return cls(ref, False, job_result(ref, status, None), f"job {ref.name} did not succeed: the trigger ended "
                        f"the wait ({payload}); job {status.summary()}")
         # the same rule as at the end of a wait (dlc_airflow.finish)
         verdict = terminal_verdict(ref.name, status)
-        outcome = outcome_of(ref, verdict, runner.outputs(ref) if succeeded(verdict) and not gone else {})
+        outcome = outcome_of(ref, verdict, runner.outputs(ref) if succeeded(verdict) and not gone else None)
         return cls(ref, outcome.ok, outcome.result, outcome.error)

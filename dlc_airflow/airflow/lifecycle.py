@@ -103,7 +103,7 @@ def publication(ref: JobRef, identity: TaskIdentity, conn_id: str, local_root: s
                         "try_number": identity.try_number}, **links_xcoms(urls)}
     where = {"dag_id": identity.dag_id, "task_id": identity.task_id, "run_id": identity.run_id,
              "map_index": identity.map_index, "try_number": identity.try_number, "job": ref.name,
-             "backend": ref.backend, "namespace": ref.namespace, "link": urls.get("DLC job report", "")}
+             "backend": ref.backend, "namespace": ref.place, "link": urls.get("DLC job report", "")}
     return Publication(xcoms=xcoms, where=where)
 
 

@@ -58,11 +58,11 @@ def link_urls(ref: JobRef, dag_id: str, run_id: str, task_id: str, map_index: in
     pattern = (extras or {}).get(DASHBOARD_EXTRA)
     folder = is_folder(ref.backend)
     if pattern and not folder:
-        urls[DLCJobDashboardLink.name] = str(pattern).format(namespace=quote(ref.namespace, safe=""),
+        urls[DLCJobDashboardLink.name] = str(pattern).format(namespace=quote(ref.place, safe=""),
                                                              name=quote(ref.name, safe=""), backend=ref.backend,
                                                              uid=ref.uid)
     if folder:
-        urls[DLCJobFolderLink.name] = f"file://{ref.namespace.rstrip('/')}/{quote(ref.name)}"
+        urls[DLCJobFolderLink.name] = f"file://{ref.place.rstrip('/')}/{quote(ref.name)}"
     return urls
 
 

@@ -21,7 +21,7 @@ import asyncio
 import contextvars
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -34,7 +34,7 @@ from dlc_airflow.finish import OnFinish, finish
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.progress import Progress
 from dlc_airflow.registry import has_connection
-from dlc_airflow.runner import JobRunner
+from dlc_airflow.runner import JobRunner, Replica
 from dlc_airflow.status import JobStatus
 
 T = TypeVar("T")
@@ -101,7 +101,7 @@ class DLCJobTrigger(BaseTrigger):
         uses_connection = has_connection(ref.backend)
         connection = await _connection(self.conn_id) if uses_connection else None
         extras = connection.extra_dejson if connection is not None else ({} if uses_connection else None)
-        namespace = self.namespace or ref.namespace
+        namespace = self.namespace or ref.place
         return await blocking(shared_runner, ref.backend, self.conn_id, namespace,
                               extras=extras, local_root=self.local_root, connection=connection)
 
@@ -147,11 +147,11 @@ class DLCJobTrigger(BaseTrigger):
         updates: asyncio.Queue[Update] = asyncio.Queue()
         follower = runner.follow(ref)
 
-        def on_status(status: JobStatus, pods: list[dict]) -> None:  # in the follower's thread
-            loop.call_soon_threadsafe(updates.put_nowait, (status, pods))
+        def on_status(status: JobStatus, replicas: Sequence[Replica]) -> None:  # in the follower's thread
+            loop.call_soon_threadsafe(updates.put_nowait, (status, replicas))
 
         await blocking(follower.start, on_status)
-        self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.namespace)
+        self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.place)
         try:
             while True:
                 batch: list[Update] = []
@@ -168,7 +168,7 @@ class DLCJobTrigger(BaseTrigger):
                     continue
                 # The triggerer cannot reach the task state store (Airflow 3.3): the worker
                 # records the job when it defers, and the result when it resumes.
-                outcome = await blocking(finish, runner, ref, verdict, wait.pods, on_finish=OnFinish(self.on_finish),
+                outcome = await blocking(finish, runner, ref, verdict, wait.replicas, on_finish=OnFinish(self.on_finish),
                                          log=self.log, owner_try=self.try_number)
                 if notifications is not None:
                     await blocking(notifications.final, outcome.ok, verdict.status, outcome.error)

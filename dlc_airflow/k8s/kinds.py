@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSON, JSONDict
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,25 @@ KNOWN: dict[tuple[str, str], ResourceKind] = {
         MPI_JOB, XGBOOST_JOB, TRAIN_JOB, JOBSET, RAY_JOB, WORKLOAD,
     )
 }
+
+
+def kinds_detail(kinds: Sequence[ResourceKind]) -> JSONDict:
+    """A JobRef's detail on Kubernetes: every kind the job is made of, the watched one first."""
+    listed: list[JSON] = [dict(asdict(k)) for k in kinds]
+    return {"kinds": listed}
+
+
+def ref_kinds(ref: JobRef) -> tuple[ResourceKind, ...]:
+    """The kinds a JobRef's detail names (kinds_detail), the watched one first; () if none."""
+    listed = ref.detail.get("kinds")
+    if not isinstance(listed, list):
+        return ()
+    kinds = []
+    for item in listed:
+        if isinstance(item, dict):
+            kinds.append(ResourceKind(api_version=str(item["api_version"]), kind=str(item["kind"]),
+                                      plural=str(item["plural"]), namespaced=bool(item.get("namespaced", True))))
+    return tuple(kinds)
 
 
 def kind_of(obj: dict) -> ResourceKind:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlc_airflow import wiring
+from dlc_airflow import jobfolder, wiring
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local.volumes import LocalMounts, plan_mounts
@@ -160,7 +160,7 @@ def plan_replicas(
             env = dict(base)
             env.update(wiring_env(job, name, role, index, addr, mounts))
             env["JOB_COMPLETION_INDEX"] = str(index)
-            env["DLC_OUTPUT_FILE"] = str(jobdir / layout.OUTPUTS / f"{key}.json")
+            env["DLC_OUTPUT_FILE"] = str(jobdir / jobfolder.OUTPUTS / f"{key}.json")
             if spec is not None:
                 for var, value in env.items():
                     if value == spec.path:
@@ -172,7 +172,7 @@ def plan_replicas(
                     argv=list(argv),
                     env=env,
                     cwd=cwd,
-                    log=jobdir / layout.LOGS / f"{key}.log",
+                    log=jobdir / jobfolder.LOGS / f"{key}.log",
                     health_argv=list(health) if health is not None else None,
                 )
             )

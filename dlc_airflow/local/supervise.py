@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from dlc_airflow import reasons
+from dlc_airflow import jobfolder, reasons
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local import policy, procs
 from dlc_airflow.local.plan import PlannedReplica, plan_replicas
@@ -149,7 +149,7 @@ class JobFailed(Exception):
 class Supervisor:
     def __init__(self, jobdir: Path, stop_signal: list[int], handed: dict | None = None) -> None:
         self.jobdir = jobdir
-        # the job's secret env values, from LocalRunner through our stdin (never on disk)
+        # the job's secret env values, from JobFolders.submit through our stdin (never on disk)
         self.handed: dict[str, dict[str, str]] = dict((handed or {}).get("env") or {})
         self.redact: Callable[[bytes], bytes] | None = redactor((handed or {}).get("mask") or [])
         self.root = jobdir.parent
@@ -160,7 +160,7 @@ class Supervisor:
         self.state = JobState.PENDING
         self.reason = ""
         self.message = ""
-        previous = layout.read_json(jobdir / layout.STATE, {}) or {}
+        previous = jobfolder.read_json(jobdir / layout.STATE, {}) or {}
         self.created: datetime = parse_time(previous.get("created")) or now()
         self.started: datetime | None = None
         self.finished: datetime | None = None
@@ -206,7 +206,7 @@ class Supervisor:
             for r in self.replicas
         }
         if data != self._last_written:
-            layout.write_json(self.jobdir / layout.STATE, data)
+            jobfolder.write_json(self.jobdir / layout.STATE, data)
             self._last_written = data
 
     def note(self, replica: Replica, text: str) -> None:
@@ -216,9 +216,9 @@ class Supervisor:
 
     # -- setup ------------------------------------------------------------------------
     def load(self) -> DLCJob:
-        data = layout.read_json(self.jobdir / layout.SPEC)
+        data = jobfolder.read_json(self.jobdir / jobfolder.SPEC)
         if data is None:
-            raise JobFailed(policy.INVALID_SPEC, f"{self.jobdir / layout.SPEC} is missing")
+            raise JobFailed(policy.INVALID_SPEC, f"{self.jobdir / jobfolder.SPEC} is missing")
         job = DLCJob.model_validate(data)
         missing = [e.field for e in entries(job)
                    if (not isinstance(e.value, str) or e.value == HIDDEN) and e.name not in self.handed.get(e.where, {})]
@@ -416,11 +416,11 @@ class Supervisor:
 
     # -- the run ----------------------------------------------------------------------
     def stop_reason(self) -> str:
-        request = layout.read_json(self.jobdir / layout.STOP, None) or {}
+        request = jobfolder.read_json(self.jobdir / layout.STOP, None) or {}
         return str(request.get("reason") or reasons.STOPPED)
 
     def stop_grace(self) -> float:
-        request = layout.read_json(self.jobdir / layout.STOP, None) or {}
+        request = jobfolder.read_json(self.jobdir / layout.STOP, None) or {}
         try:
             return float(request.get("grace", grace_seconds()))
         except (TypeError, ValueError):
@@ -453,7 +453,7 @@ class Supervisor:
     def write_identity(self) -> None:
         path = self.jobdir / layout.SUPERVISOR
         if not path.exists():  # the runner writes it too; the same values either way
-            layout.write_json(path, {"pid": os.getpid(), "start": procs.start_time(os.getpid())})
+            jobfolder.write_json(path, {"pid": os.getpid(), "start": procs.start_time(os.getpid())})
 
     def supervise(self) -> int:
         job = self.load()

@@ -1,6 +1,6 @@
 """The detached supervisor of one local job: `python -m dlc_airflow.local.supervisor <jobdir>`.
 
-LocalRunner.submit starts it in its own session, so it outlives the task process that
+JobFolders.submit (local/jobs.py) starts it in its own session, so it outlives the task process that
 submitted the job (deferral, a worker restart, a retry that adopts the job). It:
 
 1. reads spec.json and maps volumes to local folders (dlc_airflow.local.volumes), clones
@@ -26,7 +26,7 @@ submitted the job (deferral, a worker restart, a retry that adopts the job). It:
    chief (worker 0 without a chief); the replicas still running then (parameter servers,
    evaluators, other workers) are stopped with the grace period (SIGTERM, then SIGKILL)
    and recorded as stopped, not failed;
-6. writes state.json atomically at every change, and on SIGTERM (LocalRunner.stop)
+6. writes state.json atomically at every change, and on SIGTERM (JobFolders.stop)
    kills every replica's process group (SIGTERM, SIGKILL after the grace period) and
    ends STOPPED.
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _handed() -> dict:
-    """The secret values LocalRunner writes to our stdin ({} with none, or at a terminal)."""
+    """The secret values JobFolders.submit writes to our stdin ({} with none, or at a terminal)."""
     import json
 
     if sys.stdin is None or sys.stdin.isatty():

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
-from dlc_airflow.k8s.pods import COMPLETION_INDEX  # the annotation the waits read a pod's index from
+from dlc_airflow.runner import Replica, replica_order
 from dlc_airflow.spec import CSIMount, DLCJob, NFSMount, is_templated
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, parse_time
 
@@ -107,6 +107,11 @@ class PaiBackend:
     def render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int,
                **defaults: Any) -> dict[str, Any]:
         return render(job, name, identity, attempt, **defaults)
+
+    def preview(self, job: DLCJob, name: str) -> list[dict[str, Any]]:
+        """What `dlc-airflow render` prints: the CreateJob request (the workspace is the
+        connection's, filled in at submit)."""
+        return [{"request": "CreateJob", "body": render(job, name, None, 1, workspace_id="<the connection's workspace>")}]
 
     def status(self, data: dict[str, Any]) -> JobStatus:
         return status(data)
@@ -548,8 +553,13 @@ def restarts(data: dict[str, Any]) -> int:
     return len(data.get("RestartRecord") or [])
 
 
-def pods(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The job's pods as the waits read pods (metadata.name, role label, index, phase)."""
+# Replica.detail keys: the pod's id and uid (GetPodLogs), and when it started (the first log read)
+POD_ID, POD_UID, STARTED = "pod", "uid", "started"
+
+
+def replicas(data: dict[str, Any]) -> list[Replica]:
+    """The job's pods (GetJob's Pods) as replicas, `<role>-<index>` (the index from the pod id's
+    tail, else counted per role), coordinator first."""
     found = []
     seen: dict[str, int] = {}
     for pod in data.get("Pods") or []:
@@ -558,18 +568,11 @@ def pods(data: dict[str, Any]) -> list[dict[str, Any]]:
         tail = pod_id.rsplit("-", 1)[-1]
         index = int(tail) if tail.isdigit() else seen.get(role, 0)
         seen[role] = index + 1
-        found.append({
-            "metadata": {"name": pod_id, "uid": pod.get("PodUid") or "",
-                         "labels": {naming.LABEL_ROLE: role}, "annotations": {COMPLETION_INDEX: str(index)}},
-            "status": {"phase": pod.get("Status") or "Pending", "startTime": pod.get("GmtStartTime")},
-        })
-    return found
-
-
-def replica(pod: dict[str, Any]) -> str:
-    """`<role>-<index>` of a pod from `pods`, the task log's prefix."""
-    meta = pod["metadata"]
-    return f"{meta['labels'][naming.LABEL_ROLE]}-{meta['annotations'][COMPLETION_INDEX]}"
+        started = pod.get("GmtStartTime") or ""
+        found.append(Replica(name=f"{role}-{index}", role=role, index=index, state=pod.get("Status") or "Pending",
+                             started=_time(started), uid=pod.get("PodUid") or "",
+                             detail={POD_ID: pod_id, POD_UID: pod.get("PodUid") or "", STARTED: started}))
+    return sorted(found, key=replica_order)
 
 
 def is_terminal(data: dict[str, Any]) -> bool:

@@ -55,15 +55,14 @@ from typing import Any, ClassVar
 
 from dlc_airflow import naming, reasons
 from dlc_airflow.errors import BackendError, unsupported_type
+from dlc_airflow.jobfolder import LOGS, OUTPUTS
 from dlc_airflow.jobtypes import JobType, ordered_roles
-from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.naming import check_name
 from dlc_airflow.slurm.api import JobRecord, JobRequest
 from dlc_airflow.spec import DLCJob, HostPathMount, Resources, is_templated
 from dlc_airflow.status import JobState, JobStatus, RoleCounts
 
 NAME = "slurm"
-SLURM_KIND = ResourceKind("dlc-airflow/slurm", "SlurmJob", "slurmjobs")
 JOB_TYPES = frozenset({JobType.pytorch, JobType.deepspeed, JobType.megatron, JobType.mpi, JobType.xgboost,
                        JobType.batch, JobType.custom, JobType.slurm})
 REFUSAL = "TensorFlow parameter servers and Ray clusters are not Slurm steps"
@@ -79,11 +78,10 @@ ENV_JOBDIR = "DLC_SLURM_JOBDIR"
 ENV_SECRETS = "DLC_SLURM_SECRETS"
 
 # the job folder
-LOGS, OUTPUTS, EXITS = "logs", "outputs", "exits"
+EXITS = "exits"  # (logs/, outputs/ and spec.json: the shared job folder, dlc_airflow.jobfolder)
 BATCH_LOG = "batch"  # logs/batch.log: the batch script's own lines and srun's
 RESULT = "result.json"
 RESTARTS = "restarts"
-SPEC = "spec.json"  # the spec as submitted (dlc_airflow.specpack.stored), for the job CLI
 HOSTFILE = "hostfile"
 SCRIPT = "job.sh"
 
@@ -230,6 +228,18 @@ class SlurmBackend:
             requeue=job.fault_tolerance.restart_on_preemption,
             comment=comment(job, name, identity, attempt),
         )
+
+    def preview(self, job: DLCJob, name: str) -> list[dict[str, Any]]:
+        """What `dlc-airflow render` prints: the batch script, and the job request as slurmrestd
+        v0.0.40 and later take it (the job folder under the default job root; the connection's
+        partition, account and job root are filled in at submit)."""
+        from dlc_airflow.slurm.api import NEW, Api
+
+        request = self.render(job, name)
+        api = Api.of(NEW[0])
+        body = api.submit_body(request)
+        body["job"].pop("script", None)
+        return [{"script": request.script}, {"request": f"POST {api.submit_path}", "body": body}]
 
     # -- status --------------------------------------------------------------------------
     def status(self, record: JobRecord | None, folder: Folder | None = None) -> JobStatus:

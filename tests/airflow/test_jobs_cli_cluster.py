@@ -48,7 +48,7 @@ def submitted(kube, admin, controllers, k8s_conn, tmp_path):
     yield runners, refs, run_id
     undo()
     for backend, ref in refs.items():
-        runners[backend].stop(ref)
+        runners[backend].delete(ref)
 
 
 def cli(capsys, conn_id: str, *args: str) -> tuple[int, str, str]:

@@ -180,7 +180,7 @@ def test_admission_policy_refusals(kube, admission_policy, backend, spec, words)
     nothing_left(kube, backend)
     # the same job with the label the admin asks for is admitted
     labelled = spec.model_copy(update={"labels": {"team": "ml"}})
-    runner.stop(submit_or_adopt(runner, labelled, identity(), base_name="quota").ref)
+    runner.delete(submit_or_adopt(runner, labelled, identity(), base_name="quota").ref)
 
 
 @pytest.fixture
@@ -275,7 +275,7 @@ def test_baseline_admits_the_jobs_we_render(pod_security):
                                       resources={"shared_memory": "1Gi"}), identity(), base_name="ok")
     verdict, pods = wait_sync(runner, sub.ref, LOG, queue_timeout=60, timeout=120, stream_logs=False)
     assert verdict.status.state is JobState.SUCCEEDED, verdict.message
-    runner.stop(sub.ref)
+    runner.delete(sub.ref)
 
 
 # -- rendered at run time -------------------------------------------------------------------

@@ -87,7 +87,7 @@ def test_a_retry_adopts_the_running_job_and_stopping_it_leaves_nothing(lifecycle
     with pytest.raises(OwnershipError, match="belongs to another task"):
         runner.submit(job(backend), first.ref.name, identity(), 1)
     assert leftovers(admin, ns, first.ref.name)
-    runner.stop(first.ref)
+    runner.delete(first.ref)
     wait_for(lambda: not leftovers(admin, ns, first.ref.name), timeout=90,
              what=f"nothing of {first.ref.name} left ({leftovers(admin, ns, first.ref.name)})")
 
@@ -117,6 +117,6 @@ def test_a_preempted_pod_is_replaced_and_the_job_succeeds(lifecycle, backend):
              timeout=90, what=f"the preempted {role} pod replaced")
     done = wait_state(runner, ref, {JobState.SUCCEEDED, JobState.FAILED}, timeout=150)
     assert done.state is JobState.SUCCEEDED, done.summary()
-    runner.stop(ref)
+    runner.delete(ref)
     # restart_on_preemption: a preempted replica is replaced without counting a restart
     assert done.restarts == 0, done.summary()

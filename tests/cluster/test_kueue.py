@@ -97,4 +97,4 @@ def test_a_job_over_quota_stays_queued_whole(queued, backend):
         finally:
             follower.close()
     finally:
-        runner.stop(ref)
+        runner.delete(ref)

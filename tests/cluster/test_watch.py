@@ -57,7 +57,7 @@ def follow(runner: KubeRunner, refs, registry: WatchRegistry):
     waiters = []
     for ref in refs:
         rec = Recorder()
-        waiter = JobWaiter(runner.client, runner.backend, ref, "test", registry=registry)
+        waiter = JobWaiter(runner.client, runner.backend, ref, JOB, "test", registry=registry)
         waiter.start(rec)
         recorders[ref.name] = rec
         waiters.append(waiter)

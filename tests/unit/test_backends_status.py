@@ -526,7 +526,7 @@ def test_native_leftovers_are_the_role_jobs_still_running():
     assert native.leftovers([done, failing, ps]) == [f"{NAME}-ps"]
     assert get_backend("kubeflow").leftovers([ps]) == []  # the operator's controller cleans up
     stopped = role_job("ps", {"active": 2})
-    stopped["metadata"]["annotations"] = native.stop_patch()["metadata"]["annotations"]
+    stopped["metadata"]["annotations"] = native.settle_patch()["metadata"]["annotations"]
     assert native.leftovers([done, stopped]) == []  # already being stopped
 
 
@@ -534,7 +534,7 @@ def test_native_jobs_the_runner_stopped_do_not_change_the_jobs_outcome():
     def role_job(role, status, settled=False):
         meta = {"name": f"{NAME}-{role}", "labels": {"dlc-airflow/role": role}}
         if settled:
-            meta["annotations"] = native.stop_patch()["metadata"]["annotations"]
+            meta["annotations"] = native.settle_patch()["metadata"]["annotations"]
         return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
                 "spec": {"completions": 1}, "status": status}
 

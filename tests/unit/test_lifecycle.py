@@ -12,13 +12,13 @@ from dlc_airflow.airflow.keys import XCOM_REF
 from dlc_airflow.airflow.lifecycle import identity_of, publication
 from dlc_airflow.finish import OnFinish, outcome_of, succeeded
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.k8s.kinds import JOBSET
+from dlc_airflow.k8s.kinds import JOBSET, kinds_detail
 from dlc_airflow.naming import TaskIdentity
 from dlc_airflow.progress import Verdict, VerdictKind
 from dlc_airflow.reasons import NOT_FOUND
 from dlc_airflow.status import JobState, JobStatus
 
-REF = JobRef(name="train-1a2b3c-1", namespace="ml", backend="jobset", kind=JOBSET, uid="u-1")
+REF = JobRef(backend="jobset", place="ml", name="train-1a2b3c-1", uid="u-1", detail=kinds_detail([JOBSET]))
 IDENTITY = TaskIdentity(dag_id="retrain", task_id="train", run_id="r1", map_index=2, try_number=3)
 
 
@@ -57,7 +57,7 @@ def test_identity_of_takes_the_runs_clear_count():
 ])
 def test_the_outcome_rule(kind, state, ok):
     verdict = Verdict(kind, JobStatus(state=state), f"job x {state.value.lower()}")
-    outcome = outcome_of(REF, verdict, {"metrics": {"loss": 0.1}})
+    outcome = outcome_of(REF, verdict, {"metrics": {"loss": 0.1}, "outputs": {}})
     assert succeeded(verdict) is ok and outcome.ok is ok
     assert outcome.error == (None if ok else verdict.message)
     assert outcome.result["metrics"] == {"loss": 0.1} and outcome.result["state"] == state.value

@@ -404,8 +404,7 @@ def test_status_details():
     assert st.durations() == {"queued_seconds": 120.0, "running_seconds": 600.0}
     assert st.roles["master"].failed == 1 and st.roles["worker"].succeeded == 1 and st.roles["worker"].active == 1
     assert st.roles["worker"].replicas == 2
-    pods = backend.pods(data)
-    assert [backend.replica(p) for p in pods] == ["master-0", "worker-0", "worker-1"]
+    assert [r.name for r in backend.replicas(data)] == ["master-0", "worker-0", "worker-1"]
 
 
 def test_queuing_reason_and_unknown_status():

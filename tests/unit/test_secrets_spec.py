@@ -19,7 +19,7 @@ from dlc_airflow import specpack
 from dlc_airflow.cli import main
 from dlc_airflow.errors import SecretSourceError
 from dlc_airflow.k8s.backends import get_backend
-from dlc_airflow.local.runner import LocalRunner
+from dlc_airflow.local.jobs import JobFolders
 from dlc_airflow.local.secrets import local_values
 from dlc_airflow.secrets import mask, resolve
 from dlc_airflow.spec import SpecError, json_schema, parse_job
@@ -107,7 +107,7 @@ def test_bad_sources_are_refused_in_one_line_naming_the_field(env, field, words,
     # nothing is left behind: the local backend refuses it before making a job folder
     root = tmp_path / "jobs"
     with pytest.raises(SpecError):
-        LocalRunner(root).submit(data, "bad-1", {"dlc-airflow/task-key": "k"})
+        JobFolders(root).submit(data, "bad-1", {"dlc-airflow/task-key": "k"})
     assert not root.exists() or not any(root.iterdir())
 
 
@@ -266,7 +266,7 @@ def test_local_sources_that_cannot_be_read_leave_nothing_behind(env, field, word
     (root / "volumes" / "secret-db-creds" / "password").write_text("x")
     job = parse_job({"image": "local", "command": ["true"], "env": env})
     with pytest.raises(SecretSourceError) as err:
-        LocalRunner(root).submit(job, "job-1", {"dlc-airflow/task-key": "k"})
+        JobFolders(root).submit(job, "job-1", {"dlc-airflow/task-key": "k"})
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"{field}: ") and words in message, message
     assert err.value.permanent

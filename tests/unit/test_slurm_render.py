@@ -232,8 +232,8 @@ def test_status_counts_times_and_restarts():
 def test_a_task_without_backend_does_not_run_a_slurm_script_locally(tmp_path):
     """backend= unset and no cluster: the local backend is chosen at run time, and refuses."""
     from dlc_airflow.errors import SubmitError
-    from dlc_airflow.local.jobrunner import LocalJobRunner
+    from dlc_airflow.local.runner import LocalRunner
 
     with pytest.raises(SubmitError, match="job type 'slurm' cannot run on the local backend") as err:
-        LocalJobRunner(str(tmp_path)).submit(DLCJob(type="slurm", image="x", shell="srun hostname"), NAME, IDENTITY, 1)
+        LocalRunner(str(tmp_path)).submit(DLCJob(type="slurm", image="x", shell="srun hostname"), NAME, IDENTITY, 1)
     assert err.value.permanent and not any(tmp_path.iterdir())

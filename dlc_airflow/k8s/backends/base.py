@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import ClassVar
 
 from dlc_airflow import naming, reasons
 from dlc_airflow.errors import BackendError, unsupported_type
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.api import Condition, ContainerStateTerminated, ContainerStatus, Pod
 
 # One ResourceKind for the whole package: the client builds REST paths from it.
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, SERVICE, ResourceKind
@@ -59,6 +60,8 @@ KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # On a queued job whose fault tolerance says a preemption fails it (restart_on_preemption
 # off): Kueue would requeue it, so the waiting side fails it instead (backends/kueue.py).
 ON_PREEMPTION_LABEL = naming.PREFIX + "on-preemption"
+# On the objects of a job the runner stopped (KubeRunner.stop): the status mapping says STOPPED.
+STOPPED_ANNOTATION = naming.PREFIX + "stopped"
 
 
 def object_labels(
@@ -156,6 +159,10 @@ class Backend(ABC):
         # (a client mutating one object must not change another).
         return json.loads(json.dumps(objects))
 
+    def preview(self, job: DLCJob, name: str) -> list[dict]:
+        """What `dlc-airflow render` prints: the objects, secret values as placeholders."""
+        return self.render(job, name)
+
     @abstractmethod
     def _render(
         self, job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int | None
@@ -173,17 +180,29 @@ class Backend(ABC):
         """Every kind `kind()` may answer (finding a job by name alone looks in each)."""
         return tuple(dict.fromkeys(self.kind(_probe(t)) for t in sorted(self.job_types, key=str)))
 
+    def status(self, objects: list[dict], pods: Sequence[Pod] | None = None) -> JobStatus:
+        """The JobStatus of the job from its current objects (and pods, if given). A job
+        dlc-airflow stopped (STOPPED_ANNOTATION) is STOPPED, unless it had succeeded or failed
+        on its own first."""
+        return stopped_by_us(objects, self._status(objects, pods))
+
     @abstractmethod
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
-        """The JobStatus of the job from its current objects (and pods, if given)."""
+    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
+        """What the backend's objects (and pods) say of the job."""
+
+    def stop_patch(self) -> dict:
+        """The merge patch that stops the job's objects of the watched kind and keeps them: a
+        suspended job's controller removes its pods (native Jobs: `NativeBackend.stop_patch`).
+        The runner adds STOPPED_ANNOTATION, which the status mapping reads."""
+        return {"spec": {"suspend": True}}
 
     def leftovers(self, objects: list[dict]) -> list[str]:
         """Names of objects still running once the job as a whole has finished (they would
-        run on, holding nodes): the runner stops them with `stop_patch`. CRD backends'
+        run on, holding nodes): the runner stops them with `settle_patch`. CRD backends'
         controllers do this themselves."""
         return []
 
-    def stop_patch(self) -> dict:
+    def settle_patch(self) -> dict:
         """The merge patch that stops a leftover and keeps it for inspection."""
         raise NotImplementedError(f"the {self.name} backend has no leftovers to stop")
 
@@ -192,6 +211,26 @@ class Backend(ABC):
 
 
 # -- status helpers shared by every backend ---------------------------------------------------
+
+
+def stop_annotations() -> dict:
+    """What the runner's stop adds to each object it stops (with the backend's stop_patch)."""
+    return {"metadata": {"annotations": {STOPPED_ANNOTATION: "true"}}}
+
+
+def stopped_by_us(objects: list[dict], status: JobStatus) -> JobStatus:
+    """STOPPED when dlc-airflow stopped the job (STOPPED_ANNOTATION on one of its objects) and
+    it had not succeeded, nor failed before the stop (a failure the stop caused - a native Job's
+    deadline - is the stop's)."""
+    if not any(STOPPED_ANNOTATION in ((o.get("metadata") or {}).get("annotations") or {}) for o in objects):
+        return status
+    if status.state is JobState.SUCCEEDED or status.state is JobState.STOPPED:
+        return status
+    if status.state is JobState.FAILED and status.reason != reasons.DEADLINE_EXCEEDED:
+        return status
+    active = {role: counts.model_copy(update={"active": 0}) for role, counts in status.roles.items()}
+    return status.model_copy(update={"state": JobState.STOPPED, "reason": reasons.STOPPED, "roles": active,
+                                     "message": "stopped by dlc-airflow (the job's objects are kept)"})
 
 
 def not_found() -> JobStatus:
@@ -213,14 +252,14 @@ def condition_time(obj: dict, ctype: str) -> object:
     return (cond or {}).get("lastTransitionTime")
 
 
-def _pod_condition(pod: dict, ctype: str) -> dict | None:
+def _pod_condition(pod: Pod, ctype: str) -> Condition | None:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == ctype:
             return cond
     return None
 
 
-def unschedulable(pods: list[dict] | None) -> tuple[str, str] | None:
+def unschedulable(pods: Sequence[Pod] | None) -> tuple[str, str] | None:
     """(pod name, scheduler message) of the first pending pod the scheduler cannot place."""
     for pod in sorted(pods or [], key=lambda p: (p.get("metadata") or {}).get("name", "")):
         status = pod.get("status") or {}
@@ -232,13 +271,13 @@ def unschedulable(pods: list[dict] | None) -> tuple[str, str] | None:
     return None
 
 
-def _terminated(status: dict) -> dict | None:
+def _terminated(status: ContainerStatus) -> ContainerStateTerminated | None:
     state = status.get("state") or {}
     last = status.get("lastState") or {}
     return state.get("terminated") or last.get("terminated")
 
 
-def pod_failure(pods: list[dict] | None) -> str:
+def pod_failure(pods: Sequence[Pod] | None) -> str:
     """What failed, from the pods: 'pod P container C exited with code N (OOMKilled)'.
 
     Looks at failed pods first (newest last, so the latest failure wins), then at containers
@@ -248,8 +287,9 @@ def pod_failure(pods: list[dict] | None) -> str:
     for pod in pods or []:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         failed_pod = status.get("phase") == "Failed"
-        for kind, key in (("init container", "initContainerStatuses"), ("container", "containerStatuses")):
-            for cs in status.get(key) or []:
+        for kind, statuses in (("init container", status.get("initContainerStatuses")),
+                               ("container", status.get("containerStatuses"))):
+            for cs in statuses or []:
                 term = _terminated(cs)
                 if term and term.get("exitCode", 0) != 0:
                     text = f"pod {meta.get('name', '?')} {kind} {cs.get('name', '?')} exited with code {term.get('exitCode')}"
@@ -269,7 +309,7 @@ def pod_failure(pods: list[dict] | None) -> str:
     return candidates[-1][2]
 
 
-def pod_role_counts(pods: list[dict] | None) -> dict[str, RoleCounts]:
+def pod_role_counts(pods: Sequence[Pod] | None) -> dict[str, RoleCounts]:
     """Per-role pod counts (by the dlc-airflow/role label): active, succeeded, failed."""
     counts: dict[str, RoleCounts] = {}
     for pod in pods or []:
@@ -295,15 +335,15 @@ CANNOT_START_WAITING = frozenset({
 })
 
 
-def cannot_start(pods: list[dict] | None) -> str:
+def cannot_start(pods: Sequence[Pod] | None) -> str:
     """'pod P container C: ImagePullBackOff: <the kubelet's message>' of the first pod whose
     containers cannot start; '' if none."""
     for pod in sorted(pods or [], key=lambda p: (p.get("metadata") or {}).get("name", "")):
         status = pod.get("status") or {}
         if status.get("phase", "Pending") != "Pending":
             continue
-        for key in ("initContainerStatuses", "containerStatuses"):
-            for cs in status.get(key) or []:
+        for statuses in (status.get("initContainerStatuses"), status.get("containerStatuses")):
+            for cs in statuses or []:
                 waiting = (cs.get("state") or {}).get("waiting") or {}
                 if waiting.get("reason") in CANNOT_START_WAITING:
                     text = f"pod {(pod.get('metadata') or {}).get('name', '?')} container {cs.get('name', '?')}: {waiting['reason']}"
@@ -311,24 +351,7 @@ def cannot_start(pods: list[dict] | None) -> str:
     return ""
 
 
-# Event reasons of a controller that could not create a pod: the Job controller's (native,
-# and the Jobs JobSet and Trainer make), the Training Operator's, KubeRay's.
-FAILED_CREATE_REASONS = frozenset({"FailedCreate", "FailedCreatePod", "FailedToCreateHeadPod",
-                                   "FailedToCreateWorkerPod"})
-
-
-def failed_create(events: list[dict]) -> str:
-    """The newest event saying a controller could not create a pod (a missing ServiceAccount,
-    Pod Security, a quota) among `events`, as '<kind> <name>: <message>'."""
-    found = [e for e in events if e.get("reason") in FAILED_CREATE_REASONS]
-    if not found:
-        return ""
-    newest = max(found, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-    obj = newest.get("involvedObject") or {}
-    return f"{obj.get('kind', '?')} {obj.get('name', '?')}: {(newest.get('message') or '').strip()}"
-
-
-def apply_pods(status: JobStatus, pods: list[dict] | None) -> JobStatus:
+def apply_pods(status: JobStatus, pods: Sequence[Pod] | None) -> JobStatus:
     """Refine a status with what the pods say.
 
     - a live job with a pod the scheduler cannot place is QUEUED, reason Unschedulable, with

@@ -12,10 +12,12 @@ Nothing here talks to a cluster.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.api import Pod
 from dlc_airflow.k8s.backends.base import (
     condition_time,
     deadline_seconds,
@@ -140,9 +142,9 @@ def role_job_spec(
 # -- status -----------------------------------------------------------------------------------
 
 
-def replaced_failures(pods: list[dict]) -> int:
+def replaced_failures(pods: Sequence[Pod]) -> int:
     """Failed pods that got a successor for the same replica (preempted ones not counted)."""
-    by_replica: dict[tuple[str, str], list[dict]] = {}
+    by_replica: dict[tuple[str, str], list[Pod]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         key = ((meta.get("labels") or {}).get(naming.LABEL_ROLE, ""),
@@ -183,7 +185,7 @@ def _failed_condition(obj: dict) -> dict | None:
 
 
 def settled(obj: dict) -> bool:
-    """Whether the runner stopped this role Job after the job had finished (stop_patch)."""
+    """Whether the runner stopped this role Job after the job had finished (settle_patch)."""
     return SETTLED_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {})
 
 

@@ -25,11 +25,13 @@ status); the controller's message is kept.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.api import Pod
 from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     Backend,
@@ -166,13 +168,13 @@ class JobSetBackend(Backend):
         jobset = {"apiVersion": JOBSET.api_version, "kind": "JobSet", "metadata": metadata, "spec": spec}
         return [jobset, *config_maps]
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         return apply_pods(jobset_status(objects[0], pods), pods)
 
 
-def jobset_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
+def jobset_status(obj: dict, pods: Sequence[Pod] | None = None) -> JobStatus:
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     restarts = int(st.get("restarts") or 0)
 

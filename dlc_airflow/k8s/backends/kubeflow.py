@@ -33,12 +33,14 @@ ExitCode policy a replica that failed is a permanent exit code: PodFailurePolicy
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dlc_airflow import reasons, wiring
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.api import Pod
 from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     Backend,
@@ -238,7 +240,10 @@ class KubeflowBackend(Backend):
         obj = {"apiVersion": API_VERSION, "kind": flavor.kind.kind, "metadata": metadata, "spec": spec}
         return [obj, *config_maps]
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def stop_patch(self) -> dict:
+        return {"spec": {"runPolicy": {"suspend": True}}}
+
+    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         status = kubeflow_status(objects[0])
@@ -248,7 +253,7 @@ class KubeflowBackend(Backend):
         return apply_pods(status, pods)
 
 
-def container_restarts(pods: list[dict]) -> int:
+def container_restarts(pods: Sequence[Pod]) -> int:
     return sum(int(c.get("restartCount") or 0) for pod in pods
                for c in (pod.get("status") or {}).get("containerStatuses") or [])
 

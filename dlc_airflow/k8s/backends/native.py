@@ -32,7 +32,7 @@ TensorFlow, as TFJob: the job succeeds when the chief's Job completes (index 0 o
 without a chief), whatever parameter servers (which never exit), evaluators and the other
 workers do; the runner then stops the Jobs still running (`leftovers`), as it stops the
 other roles' Jobs when one role's Job fails. It stops them without deleting them, since
-deleting the primary would delete the whole job, the failed Job too: `stop_patch` gives the
+deleting the primary would delete the whole job, the failed Job too: `settle_patch` gives the
 Job a deadline already past, so the Job controller stops its pods and marks it Failed
 (DeadlineExceeded; ttlSecondsAfterFinished then applies as to any finished Job), and an
 annotation tells the status mapping that this failure is ours, not the job's.
@@ -46,9 +46,12 @@ controller's wording stays in the message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dlc_airflow import naming, wiring
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import ordered_roles
+from dlc_airflow.k8s.api import Pod
 from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     JOB,
@@ -159,11 +162,16 @@ class NativeBackend(Backend):
         return [o["metadata"]["name"] for o in objects
                 if not settled(o) and not any(condition(o, c) for c in done)]
 
-    def stop_patch(self) -> dict:
+    def settle_patch(self) -> dict:
         return {"metadata": {"annotations": {SETTLED_ANNOTATION: "true"}},
                 "spec": {"activeDeadlineSeconds": 1}}
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def stop_patch(self) -> dict:
+        """A deadline already past: the Job controller ends the pods and keeps the Job (it does not
+        count while Kueue keeps the Job suspended: the runner deactivates a queued job's Workloads)."""
+        return {"spec": {"activeDeadlineSeconds": 1}}
+
+    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
         jobs = [o for o in objects if o.get("kind", "Job") == "Job"]
         if not jobs:
             return not_found()

@@ -22,11 +22,13 @@ status.failed reaches backoffLimit + 1): RestartLimitExceeded (reasons.py), Kube
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from dlc_airflow import reasons
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.api import Pod
 from dlc_airflow.k8s.backends.base import (
     Backend,
     ResourceKind,
@@ -152,13 +154,13 @@ class RayBackend(Backend):
             metadata["annotations"] = annotations
         return [{"apiVersion": RAY_JOB.api_version, "kind": "RayJob", "metadata": metadata, "spec": spec}]
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         return apply_pods(rayjob_status(objects[0], pods), pods)
 
 
-def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
+def rayjob_status(obj: dict, pods: Sequence[Pod] | None = None) -> JobStatus:
     """RayJob: status.jobDeploymentStatus (KubeRay's lifecycle) + status.jobStatus (Ray's)."""
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     deployment = st.get("jobDeploymentStatus") or ""

@@ -36,11 +36,13 @@ the TrainJob's JobSet, copied by the Trainer controller, mapped as on the jobset
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dlc_airflow import reasons
 from dlc_airflow.errors import BackendError, UnsupportedType, unsupported_type
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.api import Pod
 from dlc_airflow.k8s.backends.base import (
     Backend,
     ResourceKind,
@@ -212,7 +214,7 @@ class TrainerBackend(Backend):
             jobs.append({"name": rj, "template": {"spec": {"template": {"metadata": pod_meta, "spec": pod_spec}}}})
         return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}}}
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         return apply_pods(trainjob_status(objects[0], pods), pods)
@@ -221,7 +223,7 @@ class TrainerBackend(Backend):
 _ROLE_OF_JOB = {NODE_JOB: "worker", LAUNCHER_JOB: "launcher"}
 
 
-def trainjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
+def trainjob_status(obj: dict, pods: Sequence[Pod] | None = None) -> JobStatus:
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     nodes = int((spec.get("trainer") or {}).get("numNodes") or 1)
     roles: dict[str, RoleCounts] = {"worker": RoleCounts(replicas=nodes)}
