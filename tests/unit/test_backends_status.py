@@ -9,7 +9,7 @@ import pytest
 from dlc_airflow import naming, reasons
 from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.spec import DLCJob
-from dlc_airflow.status import JobState
+from dlc_airflow.status import JobState, JobStatus, RoleCounts
 
 NAME = "demo-0123abcd-1"
 T0, T1, T2, T3 = "2026-12-02T10:00:00Z", "2026-12-02T10:00:05Z", "2026-12-02T10:05:00Z", "2026-12-02T11:00:00Z"
@@ -616,3 +616,21 @@ def test_native_containers_that_cannot_start_make_the_job_queued_cannot_start(re
     s = native.status([job], [waiting, pod(f"{NAME}-worker-1", "worker")])
     assert s.state is JobState.QUEUED and s.reason == reasons.CANNOT_START
     assert s.message == f'pod {NAME}-worker-0 container main: {reason}: Back-off pulling image "registry.local/nope:1"'
+
+
+def test_a_job_dlc_airflow_stopped_reads_stopped_unless_it_had_ended_on_its_own():
+    from dlc_airflow.k8s.backends.base import stop_annotations, stopped_by_us
+
+    def job(status):
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": NAME}, "status": status}
+
+    running = job({"active": 1})
+    marked = {**running, "metadata": {**running["metadata"], **stop_annotations()["metadata"]}}
+    assert stopped_by_us([running], JobStatus(state=JobState.RUNNING)).state is JobState.RUNNING
+    stopped = stopped_by_us([marked], JobStatus(state=JobState.RUNNING, roles={"worker": RoleCounts(active=1)}))
+    assert (stopped.state, stopped.reason, stopped.roles["worker"].active) == (JobState.STOPPED, "Stopped", 0)
+    # the deadline the stop set is the stop's; a job that succeeded or failed first keeps its end
+    assert stopped_by_us([marked], JobStatus(state=JobState.FAILED, reason="DeadlineExceeded")).state is JobState.STOPPED
+    assert stopped_by_us([marked], JobStatus(state=JobState.SUCCEEDED)).state is JobState.SUCCEEDED
+    failed = JobStatus(state=JobState.FAILED, reason="PodFailurePolicy")
+    assert stopped_by_us([marked], failed) == failed
