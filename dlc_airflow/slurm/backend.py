@@ -47,10 +47,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import shlex
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 from dlc_airflow import naming, reasons
@@ -60,6 +58,7 @@ from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.naming import check_name
 from dlc_airflow.slurm.api import JobRecord, JobRequest
 from dlc_airflow.spec import DLCJob, HostPathMount, Resources, is_templated
+from dlc_airflow.spec.fields import quantity_value
 from dlc_airflow.status import JobState, JobStatus, RoleCounts
 
 NAME = "slurm"
@@ -282,24 +281,12 @@ def cpus_per_task(job: DLCJob, res: Resources) -> int | None:
     return None
 
 
-_UNITS: dict[str, Decimal | int] = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_QTY = re.compile(r"^\+?((?:\d+(?:\.\d*)?)|(?:\.\d+))([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
-
-
 def quantity(text: str) -> float:
     """A Kubernetes quantity ('500m', '16Gi', '1e3') as a number."""
-    match = _QTY.match(str(text).strip())
-    if not match:
-        raise BackendError(f"slurm backend: {text!r} is not a quantity")
-    digits, suffix = match.groups()
     try:
-        value = Decimal(digits)
-    except InvalidOperation:  # pragma: no cover - the regex only lets numbers through
+        return quantity_value(text)
+    except ValueError:
         raise BackendError(f"slurm backend: {text!r} is not a quantity") from None
-    if suffix and suffix[0] in "eE":
-        return float(value * Decimal(10) ** int(suffix[1:]))
-    return float(value * Decimal(_UNITS[suffix or ""]))
 
 
 def memory_mib(memory: str | None) -> int | None:

@@ -12,6 +12,7 @@ import re
 import types
 import typing
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,6 +53,24 @@ def check_quantity(value: str | int | float | None, what: str) -> str | None:
             f"{what} {text!r} is not a Kubernetes quantity; write e.g. 4, 500m, 16Gi"
         )
     return text
+
+
+_UNITS: dict[str, Decimal] = {
+    "": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    **{unit: Decimal(2) ** (10 * (i + 1)) for i, unit in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))}}
+
+
+def quantity_value(text: str) -> float:
+    """The number a Kubernetes quantity stands for ('500m' 0.5, '16Gi' 17179869184, '1e3' 1000);
+    ValueError for what is not one."""
+    match = QUANTITY.match(str(text).strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity; write e.g. 4, 500m, 16Gi")
+    digits, suffix = match.group(1), match.group(3) or ""
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        return float(Decimal(digits) * Decimal(10) ** int(suffix[1:]))
+    return float(Decimal(digits) * _UNITS[suffix])
 
 
 def check_label_key(key: str, what: str = "label key") -> None:
