@@ -15,7 +15,7 @@ where a wait that ended elsewhere is read back (dlc_airflow.airflow.event).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -90,7 +90,8 @@ def finish(runner: JobRunner, ref: JobRef, verdict: Verdict, replicas: Sequence[
     plan = finish_plan(verdict, on_finish, owner=owner_try is not None)
     if plan.stop and owner_try is not None:
         log.error("%s; stopping the job", verdict.message)
-        stop_if_owner(runner, ref, owner_try, log)
+        if not stop_if_owner(runner, ref, owner_try, log):
+            plan = replace(plan, delete=False)  # a newer try adopted it: not ours to remove either
     outcome = outcome_of(ref, verdict, runner.outputs(ref, replicas or None))
     result = outcome.result
     if plan.settle and isinstance(runner, Settler):

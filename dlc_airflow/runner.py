@@ -9,7 +9,8 @@ log lines LogLines, its events Events; what a backend reads them from stays in t
 
 `stop` and `delete` mean the same everywhere: stop ends the job (nothing of it runs on) and
 keeps what there is to read (its objects, folder, record); delete stops it and removes it
-and everything it made.
+and everything it made. tests/conformance holds every runner (and the FakeRunner the unit
+tests use) to this contract.
 
 What only some backends can do is an optional capability, a small Protocol a runner
 implements or not (`isinstance(runner, EventSource)`): events, settling leftovers, the
@@ -186,7 +187,8 @@ class JobRunner(Protocol):
         or is gone)."""
 
     def delete(self, ref: JobRef) -> None:
-        """Stop the job, then remove it and everything it made (on_finish='delete')."""
+        """Stop the job, then remove it and everything it made (on_finish='delete'); a backend
+        that keeps its own record of an ended job (Slurm, until MinJobAge) keeps that."""
 
     def claim(self, ref: JobRef, try_number: int) -> None:
         """Record that task try `try_number` now owns the job (it submitted or adopted it)."""

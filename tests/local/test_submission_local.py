@@ -11,11 +11,11 @@ import time
 import pytest
 
 from dlc_airflow.errors import OwnershipError
-from dlc_airflow.finish import OnFinish, finish, finish_plan
+from dlc_airflow.finish import OnFinish, finish
 from dlc_airflow.local.jobs import SUPERVISOR_STARTED
 from dlc_airflow.local.runner import LocalRunner
 from dlc_airflow.naming import TaskIdentity, job_name
-from dlc_airflow.progress import Progress, Verdict, VerdictKind, terminal_verdict
+from dlc_airflow.progress import Progress, VerdictKind, terminal_verdict
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus
 from dlc_airflow.submission import Action, stop_if_owner, submit_or_adopt
@@ -122,27 +122,6 @@ def test_local_refs_carry_a_uid(runner):
 
 
 # -- the finish path ---------------------------------------------------------------
-
-
-def verdict(kind: VerdictKind, state: str) -> Verdict:
-    return Verdict(kind, JobStatus(state=JobState(state)), f"job x {state.lower()}")
-
-
-@pytest.mark.parametrize("kind,state,owner,on_finish,expected", [
-    (VerdictKind.FINISHED, "SUCCEEDED", True, OnFinish.KEEP, (False, True, False, True)),
-    (VerdictKind.FINISHED, "SUCCEEDED", True, OnFinish.DELETE, (False, True, True, True)),
-    (VerdictKind.FINISHED, "FAILED", True, OnFinish.DELETE, (False, True, True, False)),
-    # out of time: stopped (kept, as on every backend), and deleted when on_finish says so
-    (VerdictKind.TIMEOUT, "RUNNING", True, OnFinish.DELETE, (True, False, True, False)),
-    (VerdictKind.TIMEOUT, "RUNNING", True, OnFinish.KEEP, (True, False, False, False)),
-    (VerdictKind.QUEUE_TIMEOUT, "QUEUED", True, OnFinish.KEEP, (True, False, False, False)),
-    # a sensor only watches: it never stops, settles or deletes
-    (VerdictKind.TIMEOUT, "RUNNING", False, OnFinish.KEEP, (False, False, False, False)),
-    (VerdictKind.FINISHED, "SUCCEEDED", False, OnFinish.DELETE, (False, False, False, True)),
-])
-def test_finish_plan(kind, state, owner, on_finish, expected):
-    plan = finish_plan(verdict(kind, state), on_finish, owner)
-    assert (plan.stop, plan.settle, plan.delete, plan.ok) == expected
 
 
 def test_finish_records_deletes_and_reports(runner, caplog):
