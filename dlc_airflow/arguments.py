@@ -87,7 +87,7 @@ def backend_name(value: Any, task_id: str) -> str:
 def job_name(value: Any, task_id: str) -> str | None:
     """The name of a job made elsewhere (a Kubernetes name, or the local job's folder)."""
     if value is None or is_templated(value):
-        return value
+        return value if value is None else str(value)
     if not isinstance(value, str):
         raise ArgumentError(f"{task_id}: job_name must be a string, not {value!r}")
     try:
@@ -101,7 +101,7 @@ _TASK_ID = re.compile(r"^[\w.-]+$")  # Airflow's own rule for task ids (KEY_REGE
 
 def task_id(value: Any, what: str, task_id: str) -> str | None:
     if value is None or is_templated(value):
-        return value
+        return value if value is None else str(value)
     if not isinstance(value, str) or not _TASK_ID.match(value):
         raise ArgumentError(f"{task_id}: {what} must be the id of a task (letters, digits, '_', '.', '-'), "
                             f"not {value!r}")

@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except tuple(user_errors()) as exc:
         # one line on stderr whatever the message held
         print("error: " + " ".join(str(exc).splitlines()), file=sys.stderr)

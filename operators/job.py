@@ -17,6 +17,7 @@ from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, STATE_KEY, XCOM_REF
 from dlc_airflow.airflow.links import LINKS
 from dlc_airflow.finish import OnFinish
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.spec import DLCJob, SpecError, load_job, parse_job
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class DLCJobOperator(BaseOperator):
     template_fields_renderers = {"job": "json"}
     ui_color = "#dbe9f6"
 
-    def __init__(self, *, job: DLCJob | dict | str, backend: str | None = None, namespace: str | None = None,
+    def __init__(self, *, job: DLCJob | JSONObject | str, backend: str | None = None, namespace: str | None = None,
                  conn_id: str | None = None, wait_for_completion: bool = True,
                  deferrable: bool | None = None, stream_logs: bool = True,
                  queue_timeout: int | float | timedelta | str | None = None,
@@ -99,13 +100,13 @@ class DLCJobOperator(BaseOperator):
         self._ref: JobRef | None = None
         self._runner: JobRunner | None = None
         self._try = 0
-        self._trigger_secrets: dict | None = None  # references (never values of Airflow sources)
+        self._trigger_secrets: JSONObject | None = None  # references (never values of Airflow sources)
         self._notifications: Notifications | None = None
         # the finished job's result, kept for OpenLineage (its listener reads no XCom: it may run
         # in a forked process, where the task's channel to Airflow is not to be used)
-        self._result: dict | None = None
+        self._result: JSONObject | None = None
         self._conn = conn_id or DEFAULT_CONN_ID  # the connection execute() chose
-        self._extras: dict | None = None  # its extras (None on the local backend), read once
+        self._extras: JSONObject | None = None  # its extras (None on the local backend), read once
 
     # -- start_from_trigger --------------------------------------------------------------
     def _start_in_triggerer_if_it_can(self, spec: DLCJob) -> None:
@@ -223,7 +224,7 @@ class DLCJobOperator(BaseOperator):
             self._announce(context, outcome.result)
         return _result(outcome.ok, outcome.result, outcome.error)
 
-    def _announce(self, context: Context, result: dict) -> None:
+    def _announce(self, context: Context, result: JSONObject) -> None:
         """An asset event per Asset in `outlets`, saying which job made it and what it reported."""
         from airflow.sdk import Asset
 
@@ -298,7 +299,7 @@ class DLCJobOperator(BaseOperator):
         return operator_lineage(self.job, None)
 
     # -- durable execution ---------------------------------------------------------------
-    def _recorder(self, context: Context) -> Callable[[dict], None]:
+    def _recorder(self, context: Context) -> Callable[[JSONObject], None]:
         store = context.get("task_state_store")
         return lambda entry: _set(store, STATE_KEY, entry)
 
@@ -333,7 +334,7 @@ class JobDidNotSucceed(AirflowException):
     """The job ended without success (or ran out of time); Airflow retries as configured."""
 
 
-def _result(ok: bool, result: dict, error: str | None) -> dict:
+def _result(ok: bool, result: JSONObject, error: str | None) -> JSONObject:
     if not ok:
         raise JobDidNotSucceed(error or f"job {result.get('job_name')} did not succeed")
     return result
@@ -351,7 +352,7 @@ def _user_errors() -> Iterator[None]:
         raise
 
 
-def _load(job: DLCJob | dict | str | os.PathLike, op: BaseOperator) -> DLCJob:
+def _load(job: DLCJob | JSONObject | str | os.PathLike[str], op: BaseOperator) -> DLCJob:
     if isinstance(job, (str, os.PathLike)):
         path = Path(job)
         if not path.is_absolute():
@@ -362,7 +363,7 @@ def _load(job: DLCJob | dict | str | os.PathLike, op: BaseOperator) -> DLCJob:
     return parse_job(job, source=f"job of task {op.task_id}")
 
 
-def _carry_notifiers(notify: Any, tid: str) -> list[dict]:
+def _carry_notifiers(notify: Any, tid: str) -> list[JSONObject]:
     """The notifiers as carried into the triggerer; checked at DAG parse time."""
     from dlc_airflow.airflow.notify import carry
     from dlc_airflow.arguments import ArgumentError

@@ -16,6 +16,7 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.k8s.client import KubeClient
 from dlc_airflow.k8s.connection import ConfigSource, KubeConnection, NamespaceNotAllowed
 
@@ -41,7 +42,7 @@ class DLCHook(KubernetesHook):
         return widgets
 
     def __init__(self, conn_id: str | None = default_conn_name, *, namespace: str | None = None,
-                 allowed_namespaces: list[str] | None = None, extras: dict | None = None, **kwargs: Any):
+                 allowed_namespaces: list[str] | None = None, extras: JSONObject | None = None, **kwargs: Any):
         super().__init__(conn_id=conn_id, **kwargs)
         self.connection = KubeConnection(
             conn_id, namespace=namespace, allowed_namespaces=allowed_namespaces, extras=extras,
@@ -52,7 +53,7 @@ class DLCHook(KubernetesHook):
 
     # The provider's methods read extras and the client through these: ours, on one configuration.
     @property
-    def conn_extras(self) -> dict:
+    def conn_extras(self) -> JSONObject:
         return self.connection.conn_extras
 
     def get_conn(self) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.registry import (
     ALL_BACKENDS,
     CLUSTER_DEFAULT,
@@ -107,11 +108,11 @@ def runner_of(published: Mapping[str, Any], *, conn_id: str | None = None, names
     return make_runner(ref.backend, conn, namespace or ref.place, local_root=root), ref
 
 
-_shared: dict[tuple, JobRunner] = {}
+_shared: dict[tuple[str, str, str | None, str | None, str], JobRunner] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_runner(backend: str, conn_id: str, namespace: str | None, *, extras: dict | None = None,
+def shared_runner(backend: str, conn_id: str, namespace: str | None, *, extras: JSONObject | None = None,
                   local_root: str | None = None, connection: Any | None = None) -> JobRunner:
     """make_runner, reused by every trigger of a triggerer process with the same connection
     settings: one API client (and connection pool) per cluster, not one per waiting job."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import TaskIdentity
 from dlc_airflow.runner import JobRunner, Log
 
@@ -35,7 +36,7 @@ class Started:
     runner: JobRunner
     identity: TaskIdentity
     conn_id: str
-    secrets: dict | None  # what the trigger masks (dlc_airflow.secrets.TriggerSecrets)
+    secrets: JSONObject | None  # what the trigger masks (dlc_airflow.secrets.TriggerSecrets)
     xcoms: dict[str, Any]  # what the task publishes about its job, handed over at its end
     where: dict[str, Any]  # where the job is, for the notifiers
     began: float  # when the job was made (an adopted one's creation): the timeouts count from there

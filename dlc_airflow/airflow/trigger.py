@@ -32,6 +32,7 @@ from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.airflow.notify import Notifications
 from dlc_airflow.finish import OnFinish, finish
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.progress import Progress
 from dlc_airflow.registry import has_connection
 from dlc_airflow.runner import JobRunner, Replica
@@ -53,12 +54,12 @@ async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 class DLCJobTrigger(BaseTrigger):
-    def __init__(self, *, ref: dict | None = None, conn_id: str = DEFAULT_CONN_ID, namespace: str | None = None,
+    def __init__(self, *, ref: JSONObject | None = None, conn_id: str = DEFAULT_CONN_ID, namespace: str | None = None,
                  local_root: str | None = None, deadline: float | None = None,
                  queue_timeout: float | None = None, queued_since: float | None = None,
                  stream_logs: bool = True, on_finish: str = OnFinish.KEEP.value, end_from_trigger: bool = True,
-                 try_number: int | None = None, secrets: dict | None = None, notify: dict | None = None,
-                 start: dict | None = None, timeout: float | None = None):
+                 try_number: int | None = None, secrets: JSONObject | None = None, notify: JSONObject | None = None,
+                 start: JSONObject | None = None, timeout: float | None = None):
         super().__init__()
         self.ref = ref
         self.conn_id = conn_id

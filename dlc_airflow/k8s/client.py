@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dlc_airflow.k8s import kubeconfig
+from dlc_airflow.k8s.api import Manifest
 from dlc_airflow.k8s.errors import NotFound, api_error
 from dlc_airflow.k8s.kinds import POD, SELF_SUBJECT_ACCESS_REVIEW, SELF_SUBJECT_REVIEW, ResourceKind, kind_of
 from dlc_airflow.k8s.transport import Transport, access_review, lines
@@ -29,12 +30,13 @@ class KubeClient(Transport):
         return cls(api, namespace=kw.pop("namespace", None) or namespace, **kw)
 
     # -- who am I, may I ---------------------------------------------------------------
-    def whoami(self) -> dict:
+    def whoami(self) -> Manifest:
         """The server's view of this client's identity (a SelfSubjectReview, which every
         authenticated identity may create): {"username", "uid", "groups", "extra"}."""
         review = {"apiVersion": SELF_SUBJECT_REVIEW.api_version, "kind": SELF_SUBJECT_REVIEW.kind}
-        answer = self.request("POST", SELF_SUBJECT_REVIEW.path(), body=review)
-        return answer.get("status", {}).get("userInfo", {})
+        answer = self.call("POST", SELF_SUBJECT_REVIEW.path(), body=review)
+        found: Manifest = answer.get("status", {}).get("userInfo", {})
+        return found
 
     def may(self, verb: str, kind: ResourceKind | None = None, namespace: str | None = None, *,
             name: str = "", subresource: str = "", resource: str = "", group: str = "") -> bool:
@@ -42,28 +44,28 @@ class KubeClient(Transport):
         attrs = {"verb": verb, "group": kind.group if kind else group,
                  "resource": kind.plural if kind else resource, "subresource": subresource, "name": name,
                  "namespace": (namespace or self.namespace) if (kind is None or kind.namespaced) else ""}
-        answer = self.request("POST", SELF_SUBJECT_ACCESS_REVIEW.path(), body=access_review(attrs))
+        answer = self.call("POST", SELF_SUBJECT_ACCESS_REVIEW.path(), body=access_review(attrs))
         return bool(answer.get("status", {}).get("allowed"))
 
     # -- objects -----------------------------------------------------------------------
-    def create(self, obj: dict, namespace: str | None = None, *, dry_run: bool = False) -> dict:
+    def create(self, obj: Manifest, namespace: str | None = None, *, dry_run: bool = False) -> Manifest:
         kind = kind_of(obj)
         query = {"fieldManager": FIELD_MANAGER, "dryRun": "All" if dry_run else None}
-        return self.request("POST", kind.path(self._ns(namespace, kind)), body=obj, query=query)
+        return self.call("POST", kind.path(self._ns(namespace, kind)), body=obj, query=query)
 
-    def get(self, kind: ResourceKind, name: str, namespace: str | None = None) -> dict | None:
+    def get(self, kind: ResourceKind, name: str, namespace: str | None = None) -> Manifest | None:
         try:
-            return self.request("GET", kind.path(self._ns(namespace, kind), name))
+            return self.call("GET", kind.path(self._ns(namespace, kind), name))
         except NotFound:
             return None
 
     def list(self, kind: ResourceKind, namespace: str | None = None, *,
              labels: dict[str, str] | str | None = None, fields: str | None = None,
-             resource_version: str | None = None) -> tuple[list[dict], str]:
+             resource_version: str | None = None) -> tuple[list[Manifest], str]:
         """Items and the list's resourceVersion (to start a watch from)."""
         query = {"labelSelector": selector(labels), "fieldSelector": fields,
                  "resourceVersion": resource_version}
-        data = self.request("GET", kind.path(self._ns(namespace, kind)), query=query)
+        data = self.call("GET", kind.path(self._ns(namespace, kind)), query=query)
         items = data.get("items", [])
         for item in items:  # list items come without apiVersion/kind
             item.setdefault("apiVersion", kind.api_version)
@@ -80,15 +82,15 @@ class KubeClient(Transport):
         except NotFound:
             return False
 
-    def patch(self, kind: ResourceKind, name: str, patch: dict, namespace: str | None = None,
-              *, sub: str | None = None) -> dict:
-        return self.request("PATCH", kind.path(self._ns(namespace, kind), name, sub), body=patch,
+    def patch(self, kind: ResourceKind, name: str, patch: Manifest, namespace: str | None = None,
+              *, sub: str | None = None) -> Manifest:
+        return self.call("PATCH", kind.path(self._ns(namespace, kind), name, sub), body=patch,
                             content_type="application/merge-patch+json",
                             query={"fieldManager": FIELD_MANAGER})
 
     def watch(self, kind: ResourceKind, namespace: str | None = None, *,
               resource_version: str, labels: dict[str, str] | str | None = None,
-              timeout_seconds: int = 300) -> Iterator[tuple[str, dict]]:
+              timeout_seconds: int = 300) -> Iterator[tuple[str, Manifest]]:
         """Watch events (type, object) from resource_version until the server ends the watch.
 
         Raises Gone when the resourceVersion is too old (the caller relists), KubeError on a
@@ -122,7 +124,7 @@ class KubeClient(Transport):
         resp = self.request("GET", POD.path(self._ns(namespace, POD), pod, "log"), query=query,
                             stream=True)
         try:
-            return resp.data.decode(errors="replace")
+            return str(resp.data.decode(errors="replace"))
         finally:
             resp.release_conn()
 

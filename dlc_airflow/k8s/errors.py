@@ -117,7 +117,8 @@ def api_error(call: str, status: int, body: Any, reason: str = "") -> KubeError:
             reason = data.get("reason", reason) or reason
         except (ValueError, AttributeError):
             message = body.decode(errors="replace") if isinstance(body, bytes) else body
-    return _ERRORS.get(status, KubeError)(call, status, reason or "Error", message.strip())
+    error: type[KubeError] = _ERRORS.get(status, KubeError)
+    return error(call, status, str(reason or "Error"), str(message).strip())
 
 
 # -- identities and messages --------------------------------------------------------------

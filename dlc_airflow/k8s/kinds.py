@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSON, JSONDict
+from dlc_airflow.k8s.api import Manifest
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def ref_kinds(ref: JobRef) -> tuple[ResourceKind, ...]:
     return tuple(kinds)
 
 
-def kind_of(obj: dict) -> ResourceKind:
+def kind_of(obj: Manifest) -> ResourceKind:
     """The ResourceKind of a manifest (by apiVersion and kind)."""
     key = (obj.get("apiVersion", ""), obj.get("kind", ""))
     try:
@@ -100,7 +101,7 @@ def kind_of(obj: dict) -> ResourceKind:
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
 
-def request_attributes(method: str, path: str, query: dict | None = None) -> dict[str, str]:
+def request_attributes(method: str, path: str, query: Manifest | None = None) -> dict[str, str]:
     """What the authorizer sees in a REST call: verb, group, resource, subresource, name,
     namespace (the fields of a SelfSubjectAccessReview's resourceAttributes), or verb and
     nonResourceURL for paths outside /api and /apis (e.g. /readyz).

@@ -105,8 +105,8 @@ class KubeRunner:
         objects, _ = fill_job_secret(objects, job, name)
         objects[0]["metadata"].setdefault("annotations", {})[SPEC_ANNOTATION] = specpack.pack(job)
         ref = self.ref(job, name, attempt)
-        created: list[dict] = []
-        owner: dict | None = None
+        created: list[Manifest] = []
+        owner: Manifest | None = None
         fresh_primary = False
         try:
             for index, obj in enumerate(objects):
@@ -132,8 +132,8 @@ class KubeRunner:
         uid = (owner or {}).get("metadata", {}).get("uid", "")
         return replace(ref, uid=uid), bool(created)
 
-    def _create_or_adopt(self, obj: dict, identity: TaskIdentity | None,
-                         fresh_owner: bool = False) -> tuple[dict, bool]:
+    def _create_or_adopt(self, obj: Manifest, identity: TaskIdentity | None,
+                         fresh_owner: bool = False) -> tuple[Manifest, bool]:
         kind = kind_of(obj)
         name = obj["metadata"]["name"]
         try:
@@ -154,7 +154,7 @@ class KubeRunner:
             log.info("adopting existing %s %s", kind.kind, name)
             return existing, False
 
-    def _adopt_secret(self, obj: dict, fresh_owner: bool) -> tuple[dict, bool]:
+    def _adopt_secret(self, obj: Manifest, fresh_owner: bool) -> tuple[Manifest, bool]:
         """The job's own Secret exists. It is not read back: the Role may not get Secrets (see
         k8s/rbac/role.yaml). Its name derives from the primary's, whose task key was checked:
         under an adopted primary it is the one that primary's pods run with, kept as it is;
@@ -168,7 +168,7 @@ class KubeRunner:
         log.info("adopting existing Secret %s (not read back)", name)
         return _without_values(obj), False
 
-    def _roll_back(self, created: list[dict]) -> None:
+    def _roll_back(self, created: list[Manifest]) -> None:
         for obj in reversed(created):
             try:
                 self.client.delete(kind_of(obj), obj["metadata"]["name"], self.namespace)
@@ -452,14 +452,14 @@ def _merged(*patches: Manifest) -> Manifest:
     return out
 
 
-def _without_values(obj: dict) -> dict:
+def _without_values(obj: Manifest) -> Manifest:
     """A Secret without its values (what is kept of it in memory); other objects as they are."""
     if obj.get("kind") != "Secret":
         return obj
     return {k: v for k, v in obj.items() if k not in ("data", "stringData")}
 
 
-def _owned_by(obj: dict, owner: dict) -> dict:
+def _owned_by(obj: Manifest, owner: Manifest) -> Manifest:
     """A copy of obj owned by the job's primary object: deleting it removes the rest."""
     obj = json.loads(json.dumps(obj))
     meta = owner["metadata"]
@@ -469,7 +469,7 @@ def _owned_by(obj: dict, owner: dict) -> dict:
     return obj
 
 
-def made_by_another_kind(obj: dict) -> bool:
+def made_by_another_kind(obj: Manifest) -> bool:
     """An object a controller of another kind made with our labels (a JobSet's batch Jobs):
     a native job's role Jobs are owned by its primary Job, of their own kind."""
     return any(owner.get("kind") != obj.get("kind") for owner in obj["metadata"].get("ownerReferences") or [])

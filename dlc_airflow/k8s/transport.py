@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from dlc_airflow.k8s.api import Manifest
 from dlc_airflow.k8s.errors import (
     AdmissionDenied,
     AuthError,
@@ -58,12 +59,17 @@ class Transport:
 
     @property
     def server(self) -> str:
-        return self.api.configuration.host
+        return str(self.api.configuration.host)
+
+    def call(self, method: str, path: str, **kw: Any) -> Manifest:
+        """`request` of a JSON object: what every API call but logs and watches answers."""
+        answer: Manifest = self.request(method, path, **kw)
+        return answer
 
     # -- transport ---------------------------------------------------------------------
-    def request(self, method: str, path: str, *, body: Any = None, query: dict | None = None,
+    def request(self, method: str, path: str, *, body: Any = None, query: Manifest | None = None,
                 content_type: str = "application/json", stream: bool = False,
-                timeout: float | tuple | None = None, retry: bool = True, text: bool = False) -> Any:
+                timeout: float | tuple[float, float] | None = None, retry: bool = True, text: bool = False) -> Any:
         """One API call; JSON in and out (text when text=True, the raw urllib3 response
         when stream=True).
 
@@ -102,9 +108,9 @@ class Transport:
                 log.debug("%s; retry %d/%d in %.1fs", err, attempt, self.retries, delay)
                 time.sleep(delay)
 
-    def _send(self, method: str, path: str, *, body: Any = None, query: dict | None = None,
+    def _send(self, method: str, path: str, *, body: Any = None, query: Manifest | None = None,
               content_type: str = "application/json", stream: bool = False,
-              timeout: float | tuple | None = None, text: bool = False, credentials: bool = True) -> Any:
+              timeout: float | tuple[float, float] | None = None, text: bool = False, credentials: bool = True) -> Any:
         """Exactly one HTTP request; failures as KubeError (401/403 without annotations)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
@@ -131,7 +137,7 @@ class Transport:
             return data.decode(errors="replace")
         return json.loads(data) if data else {}
 
-    def _annotate(self, err: AuthError, method: str, path: str, query: dict | None) -> None:
+    def _annotate(self, err: AuthError, method: str, path: str, query: Manifest | None) -> None:
         attrs = request_attributes(method, path, query)
         err.verb, err.resource = attrs["verb"], describe_resource(attrs)
         err.namespace = attrs.get("namespace", "")
@@ -169,7 +175,7 @@ class _AuthRetry:
     - Either way, `auth_retry_budget` seconds after the first refusal it is raised as it is.
     """
 
-    def __init__(self, client: Transport, method: str, path: str, query: dict | None):
+    def __init__(self, client: Transport, method: str, path: str, query: Manifest | None):
         self.client = client
         self.attrs = request_attributes(method, path, query)
         self.started = time.monotonic()
@@ -249,7 +255,7 @@ def _rbac_refusal(message: str) -> bool:
     return bool(re.search(r'User "[^"]*" cannot ', message or ""))
 
 
-def access_review(attrs: dict[str, str]) -> dict:
+def access_review(attrs: dict[str, str]) -> Manifest:
     if "nonResourceURL" in attrs:
         spec = {"nonResourceAttributes": {"path": attrs["nonResourceURL"], "verb": attrs["verb"]}}
     else:

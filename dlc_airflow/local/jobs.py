@@ -27,7 +27,7 @@ from typing import Any
 
 from dlc_airflow import jobfolder, reasons
 from dlc_airflow.errors import OwnershipError
-from dlc_airflow.jsonvalue import JSONDict
+from dlc_airflow.jsonvalue import JSONDict, JSONObject
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local import procs
 from dlc_airflow.local.secrets import local_values
@@ -77,7 +77,7 @@ def _now() -> datetime:
 class JobFolders:
     """Runs DLC jobs as local processes, with the env the cluster backends inject."""
 
-    def __init__(self, root: str | os.PathLike | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_root()
         # how long stop() gives replicas between SIGTERM and SIGKILL
         try:
@@ -86,14 +86,14 @@ class JobFolders:
             self.grace_seconds = 10.0
         # the interpreter that runs supervisors (replicas run their own command)
         self.python = sys.executable
-        self._children: dict[str, subprocess.Popen] = {}
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     # -- paths ------------------------------------------------------------------------
     def _dir(self, name: str) -> Path:
         layout.check_name(name)
         return self.root / name
 
-    def _state(self, path: Path) -> dict:
+    def _state(self, path: Path) -> JSONObject:
         return jobfolder.read_json(path / layout.STATE, {}) or {}
 
     # -- submit -----------------------------------------------------------------------
@@ -252,7 +252,7 @@ class JobFolders:
         labels = jobfolder.read_json(self._dir(name) / layout.LABELS, None)
         if labels is None:
             raise LocalJobError(f"no local job {name} under {self.root}")
-        return labels
+        return {str(k): str(v) for k, v in labels.items()}
 
     def status(self, name: str) -> JobStatus:
         """The job's status; STOPPED/NotFound when there is no such job.
@@ -300,7 +300,7 @@ class JobFolders:
                 f"writing a final state; its replicas were killed"
                 + (f"; {layout.SUPERVISOR_LOG}:\n{tail}" if tail else ""))
 
-    def _kill_replicas(self, state: dict, grace: float) -> None:
+    def _kill_replicas(self, state: JSONObject, grace: float) -> None:
         groups = [
             info["pid"]
             for info in (state.get("replicas") or {}).values()

@@ -59,7 +59,7 @@ class Decision:
 
 def backoff(restart: int) -> float:
     """Seconds before restart number `restart` (1 for the first)."""
-    return min(MAX_BACKOFF, RESTART_BACKOFF * 2 ** max(0, restart - 1))
+    return float(min(MAX_BACKOFF, RESTART_BACKOFF * 2 ** max(0, restart - 1)))
 
 
 def retryable(policy: FaultTolerance, code: int) -> bool:

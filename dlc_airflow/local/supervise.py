@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from dlc_airflow import jobfolder, reasons
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local import policy, procs
 from dlc_airflow.local.plan import PlannedReplica, plan_replicas
@@ -93,7 +94,7 @@ class Replica:
 
     plan: PlannedReplica
     phase: str = "pending"  # pending, health, running, backoff, succeeded, failed, stopped
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     started_at: int | None = None  # kernel start time of proc
     restarts: int = 0
     failures: int = 0
@@ -147,7 +148,7 @@ class JobFailed(Exception):
 
 
 class Supervisor:
-    def __init__(self, jobdir: Path, stop_signal: list[int], handed: dict | None = None) -> None:
+    def __init__(self, jobdir: Path, stop_signal: list[int], handed: JSONObject | None = None) -> None:
         self.jobdir = jobdir
         # the job's secret env values, from JobFolders.submit through our stdin (never on disk)
         self.handed: dict[str, dict[str, str]] = dict((handed or {}).get("env") or {})
@@ -165,7 +166,7 @@ class Supervisor:
         self.started: datetime | None = None
         self.finished: datetime | None = None
         self.previous_state = previous.get("state")
-        self._last_written: dict | None = None
+        self._last_written: JSONObject | None = None
         self._logs: dict[str, IO[bytes]] = {}
 
     # -- state.json -------------------------------------------------------------------

@@ -46,6 +46,8 @@ import signal
 import sys
 from pathlib import Path
 
+from dlc_airflow.jsonvalue import JSONObject
+
 # Set by SIGTERM/SIGINT; installed before the heavy imports so a stop is never lost.
 _stop_signal: list[int] = []
 
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     return Supervisor(Path(args[0]).resolve(), _stop_signal, handed).run()
 
 
-def _handed() -> dict:
+def _handed() -> JSONObject:
     """The secret values JobFolders.submit writes to our stdin ({} with none, or at a terminal)."""
     import json
 

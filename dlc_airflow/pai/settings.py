@@ -24,6 +24,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
+
 CONN_TYPE = "dlc_pai"
 DEFAULT_CONN_ID = "pai_default"
 DEFAULT_POLL_INTERVAL = 15.0
@@ -63,7 +65,7 @@ class PaiSettings:
         return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def _number(extras: dict, name: str, default: float, conn_id: str, *, least: float) -> float:
+def _number(extras: JSONObject, name: str, default: float, conn_id: str, *, least: float) -> float:
     raw = extras.get(name)
     if raw in (None, ""):
         return default

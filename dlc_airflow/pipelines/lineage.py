@@ -155,7 +155,7 @@ def check_manifest(manifest: Any, where: str = "manifest") -> dict[str, Any]:
     return manifest
 
 
-def _earlier(manifest: dict[str, Any], interval: Interval) -> list[tuple[Interval, str, dict]]:
+def _earlier(manifest: dict[str, Any], interval: Interval) -> list[tuple[Interval, str, dict[str, Any]]]:
     """Entries that ended at or before `interval` starts, newest end first."""
     found = []
     for key, entry in manifest["intervals"].items():

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.pipelines import lineage as lin
 from dlc_airflow.pipelines.assets import model_asset, promotions
 from dlc_airflow.pipelines.layout import Layout
@@ -92,7 +93,7 @@ class LineageOperator(_LineageTask):
         layout, run_id = self.layout, context["run_id"]
         found: dict[str, Any] = {}
 
-        def begin(manifest: dict) -> dict:
+        def begin(manifest: JSONObject) -> JSONObject:
             predecessor = lin.resolve_predecessor(manifest, interval, on_unfinished=self.on_unfinished)
             found["predecessor"] = predecessor
             return lin.begin_attempt(manifest, interval, run_id=run_id, predecessor=predecessor)
@@ -169,7 +170,7 @@ class CommitOperator(_LineageTask):
                      "the model with dlc_airflow.runtime.save_checkpoint (it reports one) or report_output('checkpoint', uri)")
         attempt = begun.get("attempt")
 
-        def finish(manifest: dict) -> dict:
+        def finish(manifest: JSONObject) -> JSONObject:
             entry = manifest["intervals"].get(interval.key)
             if entry is None or entry.get("attempt") != attempt:
                 raise lin.LineageError(
@@ -220,7 +221,7 @@ class PromoteOperator(_LineageTask):
         metrics = committed.get("metrics") or {}
         decided: dict[str, Any] = {}
 
-        def gate(manifest: dict) -> dict:
+        def gate(manifest: JSONObject) -> JSONObject:
             passes, move, why = lin.decide_promotion(manifest, interval, metrics, self.gate)
             decided.update(passes=passes, move=move, why=why)
             if move:

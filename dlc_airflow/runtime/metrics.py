@@ -21,6 +21,8 @@ import tempfile
 import threading
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
+
 __all__ = [
     "MAX_OUTPUT_BYTES",
     "METRICS_PREFIX",
@@ -60,7 +62,7 @@ def _json_value(key: str, value: Any) -> Any:
     )
 
 
-def _dumps(doc: dict) -> str:
+def _dumps(doc: JSONObject) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False, sort_keys=False)
 
 
@@ -199,7 +201,7 @@ def parse_outputs(text: str) -> dict[str, Any]:
     return result
 
 
-def read_outputs(path: str | os.PathLike) -> dict[str, Any]:
+def read_outputs(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse the document a replica wrote at `path` (missing file: empty document)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:

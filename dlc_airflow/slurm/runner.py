@@ -343,7 +343,7 @@ def _explain(exc: SlurmError, job: DLCJob, target: Target) -> str:
     return text
 
 
-_runners: dict[tuple, SlurmRunner] = {}
+_runners: dict[tuple[SlurmSettings, str | None], SlurmRunner] = {}
 _runners_lock = threading.Lock()
 
 

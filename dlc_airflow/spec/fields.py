@@ -352,7 +352,7 @@ def check_git_revision(value: str, what: str = "code.revision") -> str:
     return value
 
 
-def check_dns_label(value: Any, what: str) -> Any:
+def check_dns_label(value: str | None, what: str) -> str | None:
     """A Kubernetes object name of one DNS-1123 label (namespaces, job names)."""
     if value is None or is_templated(value):
         return value

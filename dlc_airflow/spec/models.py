@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -120,8 +121,8 @@ class Resources(_Model):
 
     @field_validator("cpu", "memory", "shared_memory", "ephemeral_storage", mode="before")
     @classmethod
-    def _quantity(cls, value: Any, info) -> str | None:
-        return check_quantity(value, info.field_name)
+    def _quantity(cls, value: Any, info: ValidationInfo) -> str | None:
+        return check_quantity(value, str(info.field_name))
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -242,8 +243,8 @@ class CSIMount(_Mount):
 
     @field_validator("driver", "secret_name")
     @classmethod
-    def _dns(cls, value: str | None, info) -> str | None:
-        return value if value is None else check_dns_subdomain(value, info.field_name)
+    def _dns(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None else check_dns_subdomain(value, str(info.field_name))
 
 
 class ConfigMapMount(_Mount):
@@ -336,7 +337,7 @@ class Scheduling(_Model):
 
     @field_validator("queue", "queue_priority", "priority_class", "service_account")
     @classmethod
-    def _dns_name(cls, value: str | None, info) -> str | None:
+    def _dns_name(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not is_templated(value):
             if len(value) > 63 or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", value):
                 raise ValueError(
@@ -353,7 +354,7 @@ class Scheduling(_Model):
 
     @field_validator("include_nodes", "exclude_nodes")
     @classmethod
-    def _node_names(cls, value: list[str], info) -> list[str]:
+    def _node_names(cls, value: list[str], info: ValidationInfo) -> list[str]:
         # matched against the node label kubernetes.io/hostname: label value rules
         for node in value:
             check_label_like(node, f"{info.field_name}: node")
@@ -510,8 +511,8 @@ class DLCJob(_Model):
 
     @field_validator("max_running_time", "ttl_after_finished", mode="before")
     @classmethod
-    def _duration(cls, value: Any, info) -> timedelta | None:
-        parsed = parse_duration(value, info.field_name)
+    def _duration(cls, value: Any, info: ValidationInfo) -> timedelta | None:
+        parsed = parse_duration(value, str(info.field_name))
         if parsed is not None and parsed.total_seconds() <= 0:
             raise ValueError(f"{info.field_name} must be positive")
         if info.field_name == "ttl_after_finished" and parsed is not None and parsed.total_seconds() > MAX_TTL_SECONDS:

@@ -26,7 +26,7 @@ from typing import ClassVar
 from dlc_airflow import naming, reasons
 from dlc_airflow.errors import BackendError, unsupported_type
 from dlc_airflow.jobtypes import JobType
-from dlc_airflow.k8s.api import Condition, ContainerStateTerminated, ContainerStatus, Pod
+from dlc_airflow.k8s.api import Condition, ContainerStateTerminated, ContainerStatus, Manifest, Pod
 
 # One ResourceKind for the whole package: the client builds REST paths from it.
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, SERVICE, ResourceKind
@@ -137,7 +137,7 @@ class Backend(ABC):
         name: str,
         identity: naming.TaskIdentity | None = None,
         attempt: int | None = None,
-    ) -> list[dict]:
+    ) -> list[Manifest]:
         """The job's objects in creation order; the first one is the primary.
 
         A job with secret env values (Airflow sources, secret-looking literals) also gets its
@@ -157,16 +157,17 @@ class Backend(ABC):
             objects.insert(1, secret)
         # A JSON round trip: plain JSON types only, and no dict shared between two places
         # (a client mutating one object must not change another).
-        return json.loads(json.dumps(objects))
+        copied: list[Manifest] = json.loads(json.dumps(objects))
+        return copied
 
-    def preview(self, job: DLCJob, name: str) -> list[dict]:
+    def preview(self, job: DLCJob, name: str) -> list[Manifest]:
         """What `dlc-airflow render` prints: the objects, secret values as placeholders."""
         return self.render(job, name)
 
     @abstractmethod
     def _render(
         self, job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int | None
-    ) -> list[dict]: ...
+    ) -> list[Manifest]: ...
 
     @abstractmethod
     def kind(self, job: DLCJob) -> ResourceKind:
@@ -180,29 +181,29 @@ class Backend(ABC):
         """Every kind `kind()` may answer (finding a job by name alone looks in each)."""
         return tuple(dict.fromkeys(self.kind(_probe(t)) for t in sorted(self.job_types, key=str)))
 
-    def status(self, objects: list[dict], pods: Sequence[Pod] | None = None) -> JobStatus:
+    def status(self, objects: list[Manifest], pods: Sequence[Pod] | None = None) -> JobStatus:
         """The JobStatus of the job from its current objects (and pods, if given). A job
         dlc-airflow stopped (STOPPED_ANNOTATION) is STOPPED, unless it had succeeded or failed
         on its own first."""
         return stopped_by_us(objects, self._status(objects, pods))
 
     @abstractmethod
-    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         """What the backend's objects (and pods) say of the job."""
 
-    def stop_patch(self) -> dict:
+    def stop_patch(self) -> Manifest:
         """The merge patch that stops the job's objects of the watched kind and keeps them: a
         suspended job's controller removes its pods (native Jobs: `NativeBackend.stop_patch`).
         The runner adds STOPPED_ANNOTATION, which the status mapping reads."""
         return {"spec": {"suspend": True}}
 
-    def leftovers(self, objects: list[dict]) -> list[str]:
+    def leftovers(self, objects: list[Manifest]) -> list[str]:
         """Names of objects still running once the job as a whole has finished (they would
         run on, holding nodes): the runner stops them with `settle_patch`. CRD backends'
         controllers do this themselves."""
         return []
 
-    def settle_patch(self) -> dict:
+    def settle_patch(self) -> Manifest:
         """The merge patch that stops a leftover and keeps it for inspection."""
         raise NotImplementedError(f"the {self.name} backend has no leftovers to stop")
 
@@ -213,12 +214,12 @@ class Backend(ABC):
 # -- status helpers shared by every backend ---------------------------------------------------
 
 
-def stop_annotations() -> dict:
+def stop_annotations() -> Manifest:
     """What the runner's stop adds to each object it stops (with the backend's stop_patch)."""
     return {"metadata": {"annotations": {STOPPED_ANNOTATION: "true"}}}
 
 
-def stopped_by_us(objects: list[dict], status: JobStatus) -> JobStatus:
+def stopped_by_us(objects: list[Manifest], status: JobStatus) -> JobStatus:
     """STOPPED when dlc-airflow stopped the job (STOPPED_ANNOTATION on one of its objects) and
     it had not succeeded, nor failed before the stop (a failure the stop caused - a native Job's
     deadline - is the stop's)."""
@@ -247,7 +248,7 @@ def latest(values: Iterable[object]) -> datetime | None:
     return max(times) if times else None
 
 
-def condition_time(obj: dict, ctype: str) -> object:
+def condition_time(obj: Manifest, ctype: str) -> object:
     cond = condition(obj, ctype)
     return (cond or {}).get("lastTransitionTime")
 

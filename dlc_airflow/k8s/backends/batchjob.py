@@ -17,7 +17,7 @@ from typing import Any
 
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.jobtypes import JobType
-from dlc_airflow.k8s.api import Pod
+from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     condition_time,
     deadline_seconds,
@@ -64,14 +64,14 @@ def job_addressing(name: str, job: DLCJob, host: str = "{name}-{role}-{i}.{name}
 
 
 def hostfile_config_map(
-    job: DLCJob, name: str, addr: wiring.Addressing, labels: dict, annotations: dict
-) -> tuple[dict, Volumes] | None:
+    job: DLCJob, name: str, addr: wiring.Addressing, labels: Manifest, annotations: Manifest
+) -> tuple[Manifest, Volumes] | None:
     """The hostfile ConfigMap `<name>-hostfile`, and its volume + mount (one file, subPath)."""
     spec = hostfile_spec(job)
     if spec is None:
         return None
     cm_name = naming.child_name(name, "hostfile")
-    metadata: dict = {"name": cm_name, "labels": labels}
+    metadata: Manifest = {"name": cm_name, "labels": labels}
     if annotations:
         metadata["annotations"] = annotations
     cm = {
@@ -85,10 +85,10 @@ def hostfile_config_map(
     return cm, Volumes([volume], [mount])
 
 
-def pod_failure_rules(job: DLCJob, container: str) -> list[dict]:
+def pod_failure_rules(job: DLCJob, container: str) -> list[Manifest]:
     """podFailurePolicy rules; order matters (the first matching rule decides)."""
     ft = job.fault_tolerance
-    rules: list[dict] = []
+    rules: list[Manifest] = []
     if ft.restart_on_preemption:
         rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
     if ft.retryable_exit_codes:
@@ -109,15 +109,15 @@ def pod_failure_rules(job: DLCJob, container: str) -> list[dict]:
 def role_job_spec(
     job: DLCJob,
     role: str,
-    template: dict,
+    template: Manifest,
     *,
     per_index_restarts: bool = True,
     ttl: bool = True,
     suspend: bool = True,
-) -> dict:
+) -> Manifest:
     """The batch/v1 JobSpec of one role (native uses all of it; JobSet drops some parts)."""
     replicas = job.roles[role].replicas
-    spec: dict = {
+    spec: Manifest = {
         "completionMode": "Indexed",
         "completions": replicas,
         "parallelism": replicas,
@@ -171,35 +171,35 @@ def _index_count(intervals: str) -> int:
     return count
 
 
-def _role_of(obj: dict) -> str:
+def _role_of(obj: Manifest) -> str:
     meta = obj.get("metadata") or {}
     role = (meta.get("labels") or {}).get(naming.LABEL_ROLE)
     if role:
-        return role
-    name, job_name = meta.get("name", ""), (meta.get("labels") or {}).get(naming.LABEL_JOB, "")
+        return str(role)
+    name, job_name = str(meta.get("name", "")), str((meta.get("labels") or {}).get(naming.LABEL_JOB, ""))
     return name[len(job_name) + 1 :] if job_name and name.startswith(job_name + "-") else name
 
 
-def _failed_condition(obj: dict) -> dict | None:
+def _failed_condition(obj: Manifest) -> Manifest | None:
     return condition(obj, "Failed") or condition(obj, "FailureTarget")
 
 
-def settled(obj: dict) -> bool:
+def settled(obj: Manifest) -> bool:
     """Whether the runner stopped this role Job after the job had finished (settle_patch)."""
     return SETTLED_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {})
 
 
-def _complete(obj: dict) -> bool:
+def _complete(obj: Manifest) -> bool:
     return bool(condition(obj, "Complete") or condition(obj, "SuccessCriteriaMet"))
 
 
-def _template_env(obj: dict, name: str) -> str | None:
+def _template_env(obj: Manifest, name: str) -> str | None:
     """The value of env `name` in the Job's pod template (the wiring sets DLC_JOB_TYPE in each)."""
     pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
     for container in pod.get("containers") or []:
         for var in container.get("env") or []:
             if var.get("name") == name and "value" in var:
-                return var["value"]
+                return str(var["value"])
     return None
 
 
@@ -212,7 +212,7 @@ def _has_index(intervals: str, index: int) -> bool:
     return False
 
 
-def tf_decider(jobs: list[dict]) -> dict | None:
+def tf_decider(jobs: list[Manifest]) -> Manifest | None:
     """TensorFlow's deciding role Job (Kubeflow's TFJob success policy): the chief's, else the
     workers' (their index 0 decides). None for the other types: every role Job must complete.
 
@@ -223,7 +223,7 @@ def tf_decider(jobs: list[dict]) -> dict | None:
     return (by_role.get("chief") or by_role.get("worker")) if tensorflow else None
 
 
-def _decided(lead: dict) -> bool:
+def _decided(lead: Manifest) -> bool:
     """The chief's Job completed, or index 0 of the workers' Job did."""
     if _complete(lead):
         return True
@@ -231,7 +231,7 @@ def _decided(lead: dict) -> bool:
     return _role_of(lead) == "worker" and _has_index(completed, 0)
 
 
-def jobs_status(jobs: list[dict]) -> JobStatus:
+def jobs_status(jobs: list[Manifest]) -> JobStatus:
     """Aggregate batch/v1 Jobs (one per role) into one JobStatus."""
     roles: dict[str, RoleCounts] = {}
     failed_pods = 0

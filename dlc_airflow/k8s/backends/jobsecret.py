@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from dlc_airflow.k8s.api import Manifest
 from dlc_airflow.naming import child_name
 from dlc_airflow.secrets.resolve import entries, hidden_entries, resolve
 from dlc_airflow.spec import DLCJob
@@ -35,20 +36,20 @@ def pod_env(job: DLCJob, name: str, role: str) -> dict[str, Any]:
     return env
 
 
-def job_secret(job: DLCJob, name: str, labels: dict[str, str], annotations: dict[str, str]) -> dict | None:
+def job_secret(job: DLCJob, name: str, labels: dict[str, str], annotations: dict[str, str]) -> Manifest | None:
     """The job's own Secret as render shows it: each value a placeholder naming its source
     (the runner resolves them at submit, `fill_job_secret`). None when nothing is hidden."""
     hidden = hidden_entries(job)
     if not hidden:
         return None
-    metadata: dict = {"name": job_secret_name(name), "labels": dict(labels)}
+    metadata: Manifest = {"name": job_secret_name(name), "labels": dict(labels)}
     if annotations:
         metadata["annotations"] = dict(annotations)
     data = {e.key: (describe(e.value) if e.from_airflow else f"<{e.field}: literal, hidden>") for e in hidden}
     return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque", "stringData": data}
 
 
-def fill_job_secret(objects: list[dict], job: DLCJob, name: str) -> tuple[list[dict], list[str]]:
+def fill_job_secret(objects: list[Manifest], job: DLCJob, name: str) -> tuple[list[Manifest], list[str]]:
     """Rendered objects with the job's Secret holding the values (read now), and the values;
     raises SecretSourceError (naming the env var and the source) before anything is created."""
     hidden = hidden_entries(job)

@@ -31,7 +31,7 @@ from typing import Any
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
-from dlc_airflow.k8s.api import Pod
+from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     Backend,
@@ -92,7 +92,8 @@ class JobSetBackend(Backend):
     def kinds(self, job: DLCJob) -> list[ResourceKind]:
         return [JOBSET, CONFIG_MAP] if hostfile_spec(job) else [JOBSET]
 
-    def _render(self, job, name, identity, attempt):
+    def _render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None,
+                attempt: int | None) -> list[Manifest]:
         for role, role_spec in job.roles.items():
             pod = f"{name}-{role}-0-{role_spec.replicas - 1}"
             if len(pod) + _POD_SUFFIX > naming.MAX_NAME:
@@ -121,7 +122,7 @@ class JobSetBackend(Backend):
                 subdomain=None,  # JobSet sets the pods' subdomain to network.subdomain
                 extra=extra,
             )
-            job_meta: dict = {"labels": role_labels}
+            job_meta: Manifest = {"labels": role_labels}
             if annotations:
                 job_meta["annotations"] = annotations
             replicated.append(
@@ -137,7 +138,7 @@ class JobSetBackend(Backend):
                 }
             )
 
-        spec: dict = {
+        spec: Manifest = {
             "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
             "replicatedJobs": replicated,
             "successPolicy": {"operator": "All"},
@@ -162,19 +163,19 @@ class JobSetBackend(Backend):
             spec["ttlSecondsAfterFinished"] = ttl
         if job.scheduling.queue:
             spec["suspend"] = True
-        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        metadata: Manifest = {"name": name, "labels": {**labels, **queue_labels(job)}}
         if annotations:
             metadata["annotations"] = annotations
         jobset = {"apiVersion": JOBSET.api_version, "kind": "JobSet", "metadata": metadata, "spec": spec}
         return [jobset, *config_maps]
 
-    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         return apply_pods(jobset_status(objects[0], pods), pods)
 
 
-def jobset_status(obj: dict, pods: Sequence[Pod] | None = None) -> JobStatus:
+def jobset_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStatus:
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     restarts = int(st.get("restarts") or 0)
 

@@ -37,10 +37,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dlc_airflow import reasons, wiring
+from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
-from dlc_airflow.k8s.api import Pod
+from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     Backend,
@@ -163,7 +163,8 @@ class KubeflowBackend(Backend):
                 out["worker"] = ("Worker", workers - 1)
         return out
 
-    def _render(self, job, name, identity, attempt):
+    def _render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None,
+                attempt: int | None) -> list[Manifest]:
         flavor = FLAVORS[job.type]
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
@@ -205,12 +206,12 @@ class KubeflowBackend(Backend):
             )
             specs[rtype] = {"replicas": replicas, "restartPolicy": restart_policy(job), "template": template}
 
-        run_policy: dict = {"cleanPodPolicy": "Running", "backoffLimit": job.fault_tolerance.max_restarts}
+        run_policy: Manifest = {"cleanPodPolicy": "Running", "backoffLimit": job.fault_tolerance.max_restarts}
         if (deadline := deadline_seconds(job)) is not None:
             run_policy["activeDeadlineSeconds"] = deadline
         if (ttl := ttl_seconds(job)) is not None:
             run_policy["ttlSecondsAfterFinished"] = ttl
-        scheduling: dict = {}
+        scheduling: Manifest = {}
         if job.scheduling.queue:
             scheduling["queue"] = job.scheduling.queue
             run_policy["suspend"] = True
@@ -219,7 +220,7 @@ class KubeflowBackend(Backend):
         if scheduling:
             run_policy["schedulingPolicy"] = scheduling
 
-        spec: dict = {"runPolicy": run_policy}
+        spec: Manifest = {"runPolicy": run_policy}
         if flavor is TORCH:
             spec["nprocPerNode"] = str(job.nproc_per_node)
             if job.elastic:
@@ -234,16 +235,16 @@ class KubeflowBackend(Backend):
             spec["mainContainer"] = flavor.container
         spec[flavor.specs_field] = specs
 
-        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        metadata: Manifest = {"name": name, "labels": {**labels, **queue_labels(job)}}
         if annotations:
             metadata["annotations"] = annotations
         obj = {"apiVersion": API_VERSION, "kind": flavor.kind.kind, "metadata": metadata, "spec": spec}
         return [obj, *config_maps]
 
-    def stop_patch(self) -> dict:
+    def stop_patch(self) -> Manifest:
         return {"spec": {"runPolicy": {"suspend": True}}}
 
-    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         status = kubeflow_status(objects[0])
@@ -263,7 +264,7 @@ _ROLE_OF_TYPE = {"Master": "master", "Worker": "worker", "Chief": "chief", "PS":
                  "Evaluator": "evaluator", "Launcher": "launcher"}
 
 
-def kubeflow_status(obj: dict) -> JobStatus:
+def kubeflow_status(obj: Manifest) -> JobStatus:
     """PyTorchJob/TFJob/MPIJob/XGBoostJob status: conditions + replicaStatuses."""
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     flavor = KINDS_BY_NAME.get(obj.get("kind", ""))
@@ -294,7 +295,7 @@ def kubeflow_status(obj: dict) -> JobStatus:
         "started": earliest([st.get("startTime")]),
     }
 
-    def result(state: JobState, ctype: str, cond: dict, **extra) -> JobStatus:
+    def result(state: JobState, ctype: str, cond: Manifest, **extra: Any) -> JobStatus:
         return JobStatus(
             state=state, reason=cond.get("reason") or ctype, message=cond.get("message") or "", **base, **extra
         )
@@ -320,7 +321,7 @@ def kubeflow_status(obj: dict) -> JobStatus:
     return result(JobState.PENDING, reasons.CREATED, cond)
 
 
-def failure_reason(cond: dict, replica_specs: dict) -> str:
+def failure_reason(cond: Manifest, replica_specs: Manifest) -> str:
     """Ours for the operator's Failed condition, whose reason is `<Kind>Failed` whatever the cause:
     its message tells (the operator's wording, kept in JobStatus.message)."""
     message = cond.get("message") or ""

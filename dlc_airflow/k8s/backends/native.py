@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from dlc_airflow import naming, wiring
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import ordered_roles
-from dlc_airflow.k8s.api import Pod
+from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     JOB,
@@ -107,7 +107,8 @@ class NativeBackend(Backend):
             kinds.append(CONFIG_MAP)
         return kinds
 
-    def _render(self, job, name, identity, attempt):
+    def _render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None,
+                attempt: int | None) -> list[Manifest]:
         addr = job_addressing(name, job)
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
@@ -132,7 +133,7 @@ class NativeBackend(Backend):
                 subdomain=name,
                 extra=extra,
             )
-            metadata: dict = {"name": naming.child_name(name, role), "labels": {**role_labels, **queue_labels(job)}}
+            metadata: Manifest = {"name": naming.child_name(name, role), "labels": {**role_labels, **queue_labels(job)}}
             if annotations:
                 metadata["annotations"] = annotations
             jobs.append(
@@ -141,20 +142,20 @@ class NativeBackend(Backend):
         return [jobs[0], self._service(job, name, labels, annotations), *config_maps, *jobs[1:]]
 
     @staticmethod
-    def _service(job: DLCJob, name: str, labels: dict, annotations: dict) -> dict:
-        spec: dict = {
+    def _service(job: DLCJob, name: str, labels: Manifest, annotations: Manifest) -> Manifest:
+        spec: Manifest = {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,  # peers must resolve before they are Ready
             "selector": {naming.LABEL_JOB: name},
         }
         if port := wiring.rendezvous_port(job):
             spec["ports"] = [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}]
-        metadata: dict = {"name": name, "labels": labels}
+        metadata: Manifest = {"name": name, "labels": labels}
         if annotations:
             metadata["annotations"] = annotations
         return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
 
-    def leftovers(self, objects: list[dict]) -> list[str]:
+    def leftovers(self, objects: list[Manifest]) -> list[str]:
         """Role Jobs still running after the job finished: parameter servers after success,
         the other roles' Jobs after one role's Job failed."""
         # FailureTarget / SuccessCriteriaMet: the Job controller is already finishing it
@@ -162,16 +163,16 @@ class NativeBackend(Backend):
         return [o["metadata"]["name"] for o in objects
                 if not settled(o) and not any(condition(o, c) for c in done)]
 
-    def settle_patch(self) -> dict:
+    def settle_patch(self) -> Manifest:
         return {"metadata": {"annotations": {SETTLED_ANNOTATION: "true"}},
                 "spec": {"activeDeadlineSeconds": 1}}
 
-    def stop_patch(self) -> dict:
+    def stop_patch(self) -> Manifest:
         """A deadline already past: the Job controller ends the pods and keeps the Job (it does not
         count while Kueue keeps the Job suspended: the runner deactivates a queued job's Workloads)."""
         return {"spec": {"activeDeadlineSeconds": 1}}
 
-    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         jobs = [o for o in objects if o.get("kind", "Job") == "Job"]
         if not jobs:
             return not_found()

@@ -39,10 +39,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dlc_airflow import reasons
+from dlc_airflow import naming, reasons
 from dlc_airflow.errors import BackendError, UnsupportedType, unsupported_type
 from dlc_airflow.jobtypes import JobType
-from dlc_airflow.k8s.api import Pod
+from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     Backend,
     ResourceKind,
@@ -154,7 +154,8 @@ class TrainerBackend(Backend):
     def kind(self, job: DLCJob) -> ResourceKind:
         return TRAIN_JOB
 
-    def _render(self, job, name, identity, attempt):
+    def _render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None,
+                attempt: int | None) -> list[Manifest]:
         command_role = "launcher" if job.type is JobType.mpi else "worker"
         node_role = "worker"
         res = job.role_resources(node_role)
@@ -166,7 +167,7 @@ class TrainerBackend(Backend):
         if exports:  # pragma: no cover - only framework env has computed values
             raise BackendError("trainer backend: computed env needs a command wrapper TrainJob cannot add")
 
-        trainer: dict = {
+        trainer: Manifest = {
             "image": job.role_image(command_role),
             "command": job.role_command(command_role),
             "env": entries,
@@ -180,7 +181,7 @@ class TrainerBackend(Backend):
 
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
-        spec: dict = {
+        spec: Manifest = {
             "runtimeRef": {"apiGroup": RUNTIME_GROUP, "kind": RUNTIME_KIND, "name": self.runtime_name(job)},
             "trainer": trainer,
         }
@@ -190,12 +191,13 @@ class TrainerBackend(Backend):
             spec["suspend"] = True
         spec["runtimePatches"] = [self._patch(job, name, identity, attempt, annotations)]
 
-        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        metadata: Manifest = {"name": name, "labels": {**labels, **queue_labels(job)}}
         if annotations:
             metadata["annotations"] = annotations
         return [{"apiVersion": TRAIN_JOB.api_version, "kind": "TrainJob", "metadata": metadata, "spec": spec}]
 
-    def _patch(self, job: DLCJob, name, identity, attempt, annotations) -> dict:
+    def _patch(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int | None,
+               annotations: dict[str, str]) -> Manifest:
         """Pod-level settings for every replicatedJob of the runtime."""
         res = job.role_resources("worker")
         vols, shm = storage_volumes(job), shm_volume(res)
@@ -204,17 +206,17 @@ class TrainerBackend(Backend):
         names = [LAUNCHER_JOB, NODE_JOB] if self._is_mpi(job) else [NODE_JOB]
         for rj in names:
             role = "launcher" if rj == LAUNCHER_JOB else "worker"
-            pod_meta: dict = {"labels": object_labels(job, name, identity, attempt, role)}
+            pod_meta: Manifest = {"labels": object_labels(job, name, identity, attempt, role)}
             if annotations:
                 pod_meta["annotations"] = annotations
-            pod_spec: dict = dict(scheduling_fields(job, res))
+            pod_spec: Manifest = dict(scheduling_fields(job, res))
             if volumes:
                 pod_spec["volumes"] = volumes
                 pod_spec["containers"] = [{"name": TRAINER_CONTAINER, "volumeMounts": mounts}]
             jobs.append({"name": rj, "template": {"spec": {"template": {"metadata": pod_meta, "spec": pod_spec}}}})
         return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}}}
 
-    def _status(self, objects: list[dict], pods: Sequence[Pod] | None) -> JobStatus:
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         return apply_pods(trainjob_status(objects[0], pods), pods)
@@ -223,7 +225,7 @@ class TrainerBackend(Backend):
 _ROLE_OF_JOB = {NODE_JOB: "worker", LAUNCHER_JOB: "launcher"}
 
 
-def trainjob_status(obj: dict, pods: Sequence[Pod] | None = None) -> JobStatus:
+def trainjob_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStatus:
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     nodes = int((spec.get("trainer") or {}).get("numNodes") or 1)
     roles: dict[str, RoleCounts] = {"worker": RoleCounts(replicas=nodes)}
