@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.spec.fields import check_dns_label, is_templated, positive_seconds
 
 
@@ -18,18 +18,18 @@ class ArgumentError(ValueError):
     """An operator or sensor argument that cannot work; the message names it."""
 
 
-def flag(value: Any, what: str, task_id: str) -> bool:
+def flag(value: object, what: str, task_id: str) -> bool:
     """A bool argument; "no", 0 or 1 are refused (Python would read "no" as true)."""
     if not isinstance(value, bool):
         raise ArgumentError(f"{task_id}: {what} must be True or False, not {value!r}")
     return value
 
 
-def optional_flag(value: Any, what: str, task_id: str) -> bool | None:
+def optional_flag(value: object, what: str, task_id: str) -> bool | None:
     return None if value is None else flag(value, what, task_id)
 
 
-def seconds(value: Any, what: str, task_id: str) -> float | None:
+def seconds(value: object, what: str, task_id: str) -> float | None:
     """A time limit in seconds (number, timedelta or '30m'); positive, or None for none."""
     try:
         return positive_seconds(value, what)
@@ -37,7 +37,7 @@ def seconds(value: Any, what: str, task_id: str) -> float | None:
         raise ArgumentError(f"{task_id}: {exc}") from None
 
 
-def namespace(value: Any, task_id: str) -> str | None:
+def namespace(value: object, task_id: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ArgumentError(f"{task_id}: namespace must be a string, not {value!r}")
     try:
@@ -46,7 +46,7 @@ def namespace(value: Any, task_id: str) -> str | None:
         raise ArgumentError(f"{task_id}: {exc}") from None
 
 
-def conn_id(value: Any, task_id: str) -> str | None:
+def conn_id(value: object, task_id: str) -> str | None:
     """An Airflow connection id: a name, not a URI or an empty string."""
     if value is None:
         return None
@@ -56,7 +56,7 @@ def conn_id(value: Any, task_id: str) -> str | None:
     return value
 
 
-def local_root(value: Any, task_id: str) -> str | None:
+def local_root(value: object, task_id: str) -> str | None:
     """The local backend's job folder root: absolute, since the supervisor and every later try
     (in another working directory) must find the same folders."""
     if value is None:
@@ -66,12 +66,12 @@ def local_root(value: Any, task_id: str) -> str | None:
     return value
 
 
-def backend(value: Any, task_id: str) -> str | None:
+def backend(value: object, task_id: str) -> str | None:
     """None (the task chooses at run time), or a backend as backend_name checks it."""
     return None if value is None else backend_name(value, task_id)
 
 
-def backend_name(value: Any, task_id: str) -> str:
+def backend_name(value: object, task_id: str) -> str:
     """A backend name exactly as the registry spells it; the error lists every backend."""
     from dlc_airflow.errors import BackendError
     from dlc_airflow.registry import ALL_BACKENDS, check_backend_name
@@ -84,7 +84,7 @@ def backend_name(value: Any, task_id: str) -> str:
         raise BackendError(f"{task_id}: {exc}") from None
 
 
-def job_name(value: Any, task_id: str) -> str | None:
+def job_name(value: object, task_id: str) -> str | None:
     """The name of a job made elsewhere (a Kubernetes name, or the local job's folder)."""
     if value is None or is_templated(value):
         return value if value is None else str(value)
@@ -99,7 +99,7 @@ def job_name(value: Any, task_id: str) -> str | None:
 _TASK_ID = re.compile(r"^[\w.-]+$")  # Airflow's own rule for task ids (KEY_REGEX)
 
 
-def task_id(value: Any, what: str, task_id: str) -> str | None:
+def task_id(value: object, what: str, task_id: str) -> str | None:
     if value is None or is_templated(value):
         return value if value is None else str(value)
     if not isinstance(value, str) or not _TASK_ID.match(value):
@@ -108,7 +108,7 @@ def task_id(value: Any, what: str, task_id: str) -> str | None:
     return value
 
 
-def sensor_timing(kwargs: dict[str, Any], task_id: str) -> None:
+def sensor_timing(kwargs: JSONObject, task_id: str) -> None:
     """A sensor's timeout and poke_interval: seconds or a timedelta, not negative, not a bool;
     and job_type, an argument the sensor no longer has (Airflow's own error spans lines)."""
     if "job_type" in kwargs:

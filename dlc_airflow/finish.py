@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any
 
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.progress import Verdict, VerdictKind
 from dlc_airflow.runner import JobRunner, Log, Outputs, Replica, Settler, merge_outputs
 from dlc_airflow.status import JobState, JobStatus
@@ -60,11 +61,11 @@ def finish_plan(verdict: Verdict, on_finish: OnFinish, owner: bool = True) -> Fi
 @dataclass(frozen=True)
 class Outcome:
     ok: bool
-    result: dict[str, Any]  # the task's XCom return_value
+    result: JSONObject  # the task's XCom return_value
     error: str | None  # why the task fails (None when ok)
 
 
-Record = Callable[[dict[str, Any]], None]
+Record = Callable[[JSONObject], None]
 
 
 def succeeded(verdict: Verdict) -> bool:
@@ -110,7 +111,7 @@ def finish(runner: JobRunner, ref: JobRef, verdict: Verdict, replicas: Sequence[
     return outcome
 
 
-def job_result(ref: JobRef, status: JobStatus, outputs: Outputs | None) -> dict[str, Any]:
+def job_result(ref: JobRef, status: JobStatus, outputs: Outputs | None) -> JSONObject:
     """What a finished task returns (its XCom): where the job ran, how it went, what it reported.
     `namespace` is the job's place (a namespace, Slurm partition, DLC workspace, local job root)."""
     durations = status.durations()

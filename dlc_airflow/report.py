@@ -12,9 +12,9 @@ The UI (dlc_airflow/ui) and `dlc-airflow jobs describe` render these; nothing he
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from dlc_airflow.jobinfo import JobInfo
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.runner import Event, EventSource, JobRunner, LogLine, LogPositions, Outputs, Replica
 from dlc_airflow.status import JobStatus
 
@@ -22,7 +22,7 @@ MAX_LOG_LINES = 20_000  # read for the metric curves; a report never needs more
 MAX_POINTS = 2_000  # per metric, evenly thinned beyond that (the chart has a few hundred pixels)
 
 
-def job_report(runner: JobRunner, info: JobInfo) -> dict[str, Any]:
+def job_report(runner: JobRunner, info: JobInfo) -> JSONObject:
     """Everything the report shows of one job (I/O through the runner)."""
     ref = info.ref
     status = runner.status(ref)
@@ -38,7 +38,7 @@ def job_report(runner: JobRunner, info: JobInfo) -> dict[str, Any]:
 
 
 def build_report(info: JobInfo, status: JobStatus, replicas: list[Replica], events: list[Event],
-                 log_lines: list[LogLine], outputs: Outputs) -> dict[str, Any]:
+                 log_lines: list[LogLine], outputs: Outputs) -> JSONObject:
     ref = info.ref
     return {
         "job": {
@@ -58,13 +58,13 @@ def build_report(info: JobInfo, status: JobStatus, replicas: list[Replica], even
     }
 
 
-def replica_row(replica: Replica) -> dict[str, Any]:
+def replica_row(replica: Replica) -> JSONObject:
     return {"name": replica.name, "role": replica.role, "index": replica.index, "state": replica.state,
             "started": _iso(replica.started), "finished": _iso(replica.finished), "exit_code": replica.exit_code,
             "reason": replica.reason, "restarts": replica.restarts, "node": replica.node}
 
 
-def restart_rows(replicas: list[Replica], status: JobStatus) -> list[dict[str, Any]]:
+def restart_rows(replicas: list[Replica], status: JobStatus) -> list[JSONObject]:
     """What failed or was restarted, and why: each replica that failed or restarted in place, and
     the job's own verdict when it restarted or failed (Kueue preemptions included)."""
     rows = []
@@ -79,7 +79,7 @@ def restart_rows(replicas: list[Replica], status: JobStatus) -> list[dict[str, A
     return rows
 
 
-def event_row(event: Event) -> dict[str, Any]:
+def event_row(event: Event) -> JSONObject:
     return {"time": event.time, "type": "Warning" if event.warning else "Normal", "reason": event.reason,
             "object": event.object, "message": event.message, "count": event.count}
 
@@ -90,7 +90,7 @@ def metric_series(lines: list[LogLine]) -> dict[str, list[list[float]]]:
     step are numbered in order; values that are not numbers are left out."""
     from dlc_airflow.runtime.metrics import parse_metric_line
 
-    by_replica: dict[str, list[dict[str, Any]]] = {}
+    by_replica: dict[str, list[JSONObject]] = {}
     for replica, line in lines:
         record = parse_metric_line(line)
         if record is not None:
@@ -108,7 +108,7 @@ def metric_series(lines: list[LogLine]) -> dict[str, list[list[float]]]:
     return {k: _thin(v) for k, v in series.items()}
 
 
-def lineage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def lineage_rows(manifest: JSONObject) -> list[JSONObject]:
     """The lineage table, oldest interval first: what each interval resumed from, the checkpoint
     it made, its metrics, and whether it was promoted."""
     promoted = {p.get("interval") for p in manifest.get("promotions") or []}

@@ -86,7 +86,7 @@ class Outputs(TypedDict):
     outputs: dict[str, JSON]
 
 
-def merge_outputs(reports: Iterable[Mapping[str, Any]]) -> Outputs:
+def merge_outputs(reports: Iterable[Mapping[str, object]]) -> Outputs:
     """One Outputs from the replicas' reports, given coordinator LAST (its values win)."""
     merged: Outputs = {"metrics": {}, "outputs": {}}
     for report in reports:
@@ -112,15 +112,37 @@ OnStatus = Callable[[JobStatus, Sequence[Replica]], None]
 class Log(Protocol):
     """What the library logs through: a logging.Logger, or Airflow's task logger."""
 
-    def debug(self, msg: Any, /, *args: Any) -> Any: ...
+    def debug(self, msg: object, /, *args: object) -> object: ...
 
-    def info(self, msg: Any, /, *args: Any) -> Any: ...
+    def info(self, msg: object, /, *args: object) -> object: ...
 
-    def warning(self, msg: Any, /, *args: Any) -> Any: ...
+    def warning(self, msg: object, /, *args: object) -> object: ...
 
-    def error(self, msg: Any, /, *args: Any) -> Any: ...
+    def error(self, msg: object, /, *args: object) -> object: ...
 
-    def log(self, level: int, msg: Any, /, *args: Any) -> Any: ...
+    def log(self, level: int, msg: object, /, *args: object) -> object: ...
+
+
+class Connection(Protocol):
+    """What the backends read of an Airflow connection (airflow.sdk.Connection has all of it)."""
+
+    @property
+    def conn_type(self) -> str | None: ...
+
+    @property
+    def host(self) -> str | None: ...
+
+    @property
+    def port(self) -> int | None: ...
+
+    @property
+    def login(self) -> str | None: ...
+
+    @property
+    def password(self) -> str | None: ...
+
+    @property
+    def extra_dejson(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -132,7 +154,7 @@ class Reach:
     conn_id: str
     place: str | None = None
     local_root: str | None = None
-    connection: Any = None  # an Airflow Connection, or None to read it (or no Airflow at all)
+    connection: Connection | None = None  # None: read it (or there is no Airflow at all)
     extras: Mapping[str, Any] | None = None
 
 

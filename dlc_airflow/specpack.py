@@ -12,8 +12,8 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import PREFIX
 from dlc_airflow.secrets.resolve import HIDDEN, entries
 from dlc_airflow.spec import DLCJob
@@ -22,7 +22,7 @@ SPEC_ANNOTATION = PREFIX + "spec"
 _FORMAT = "z1:"  # zlib + base64 of the JSON; the prefix leaves room for another format
 
 
-def stored(job: DLCJob) -> dict[str, Any]:
+def stored(job: DLCJob) -> JSONObject:
     """job.to_dict() with every secret literal replaced by HIDDEN (references stay)."""
     data = job.to_dict()
     for entry in entries(job):
@@ -39,7 +39,7 @@ def pack(job: DLCJob) -> str:
     return _FORMAT + base64.b64encode(zlib.compress(text.encode(), 9)).decode()
 
 
-def unpack(value: str) -> dict[str, Any]:
+def unpack(value: str) -> JSONObject:
     """The spec dict from `pack`; ValueError when the value is not one."""
     if not value.startswith(_FORMAT):
         raise ValueError(f"not a packed dlc-airflow spec (it should start with {_FORMAT!r})")

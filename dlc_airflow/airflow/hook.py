@@ -30,7 +30,7 @@ class DLCHook(KubernetesHook):
     hook_name = "DLC jobs on Kubernetes"
 
     @classmethod
-    def get_connection_form_widgets(cls) -> dict[str, Any]:
+    def get_connection_form_widgets(cls) -> JSONObject:
         from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
         from flask_babel import lazy_gettext
         from wtforms import StringField

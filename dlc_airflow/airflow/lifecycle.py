@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from dlc_airflow.airflow.keys import XCOM_REF
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import TaskIdentity
 from dlc_airflow.runner import JobRunner, Log
 from dlc_airflow.spec import DLCJob
@@ -25,7 +26,26 @@ from dlc_airflow.submission import Submission
 RunnerFactory = Callable[..., JobRunner]  # make_runner / shared_runner's signature
 
 
-def identity_of(ti: Any, dag_run: Any = None) -> TaskIdentity:
+class TaskInstanceIds(Protocol):
+    """What a task instance says of itself (Airflow's RuntimeTaskInstance and TaskInstance)."""
+
+    @property
+    def dag_id(self) -> str: ...
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def map_index(self) -> int | None: ...
+
+    @property
+    def try_number(self) -> int: ...
+
+
+def identity_of(ti: TaskInstanceIds, dag_run: object = None) -> TaskIdentity:
     """The task instance a job is for (with its run's clear count: a cleared task runs anew)."""
     return TaskIdentity(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
                         map_index=ti.map_index if ti.map_index is not None else -1, try_number=ti.try_number,
@@ -42,7 +62,7 @@ class StartRequest:
     local_root: str | None
     base_name: str
     reuse_succeeded: bool = True
-    recorded: dict[str, Any] | None = None  # the task state store's entry, where there is one
+    recorded: JSONObject | None = None  # the task state store's entry, where there is one
 
 
 @dataclass(frozen=True)
@@ -51,8 +71,8 @@ class Started:
     runner: JobRunner
     backend: str
     conn_id: str
-    extras: dict[str, Any] | None  # the connection's extras (None without a connection)
-    secrets: dict[str, Any] | None  # what a trigger masks (dlc_airflow.secrets.TriggerSecrets)
+    extras: JSONObject | None  # the connection's extras (None without a connection)
+    secrets: JSONObject | None  # what a trigger masks (dlc_airflow.secrets.TriggerSecrets)
 
 
 def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = "") -> Started:
@@ -88,12 +108,12 @@ def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = 
 
 @dataclass(frozen=True)
 class Publication:
-    xcoms: dict[str, Any]  # {XCom key: value}: the job's whereabouts, every extra link's URL
-    where: dict[str, Any]  # where the job is, for the notifiers (dlc_airflow.airflow.notify)
+    xcoms: JSONObject  # {XCom key: value}: the job's whereabouts, every extra link's URL
+    where: JSONObject  # where the job is, for the notifiers (dlc_airflow.airflow.notify)
 
 
 def publication(ref: JobRef, identity: TaskIdentity, conn_id: str, local_root: str | None,
-                extras: dict[str, Any] | None, base_url: str) -> Publication:
+                extras: JSONObject | None, base_url: str) -> Publication:
     """What a task publishes about its job once it exists (pure)."""
     from dlc_airflow.airflow.links import link_urls, links_xcoms
 

@@ -24,7 +24,7 @@ from dlc_airflow.registry import (
     has_connection,
     is_folder,
 )
-from dlc_airflow.runner import JobRunner, Reach
+from dlc_airflow.runner import Connection, JobRunner, Reach
 
 BACKENDS = ALL_BACKENDS
 
@@ -68,7 +68,7 @@ def _missing(conn_id: str) -> str:
             "--conn-type kubernetes ...), or leave conn_id unset to use the default")
 
 
-def read_connection(conn_id: str) -> Any | None:
+def read_connection(conn_id: str) -> Connection | None:
     """The connection (None when it does not exist, or there is no Airflow at all)."""
     try:
         from airflow.sdk.bases.hook import BaseHook
@@ -82,7 +82,7 @@ def connection_exists(conn_id: str) -> bool:
     return read_connection(conn_id) is not None
 
 
-def connection_for(backend: str, conn_id: str) -> tuple[Any | None, dict[str, Any] | None]:
+def connection_for(backend: str, conn_id: str) -> tuple[Connection | None, JSONObject | None]:
     """(connection, extras) for starting a job, read once: every round trip is a task's time
     before it defers. (None, None) on a backend without connections (local)."""
     if not has_connection(backend):
@@ -91,8 +91,8 @@ def connection_for(backend: str, conn_id: str) -> tuple[Any | None, dict[str, An
     return connection, dict(connection.extra_dejson or {}) if connection is not None else {}
 
 
-def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: dict[str, Any] | None = None,
-                local_root: str | None = None, connection: Any | None = None) -> JobRunner:
+def make_runner(backend: str, conn_id: str, namespace: str | None, *, extras: JSONObject | None = None,
+                local_root: str | None = None, connection: Connection | None = None) -> JobRunner:
     """The runner of `backend` through its registry entry's factory."""
     return entry(backend).runner(Reach(conn_id, namespace, local_root, connection, extras))
 
@@ -113,7 +113,7 @@ _shared_lock = threading.Lock()
 
 
 def shared_runner(backend: str, conn_id: str, namespace: str | None, *, extras: JSONObject | None = None,
-                  local_root: str | None = None, connection: Any | None = None) -> JobRunner:
+                  local_root: str | None = None, connection: Connection | None = None) -> JobRunner:
     """make_runner, reused by every trigger of a triggerer process with the same connection
     settings: one API client (and connection pool) per cluster, not one per waiting job."""
     key = (backend, conn_id, namespace, local_root, repr(sorted((extras or {}).items())))

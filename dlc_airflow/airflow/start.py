@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from dlc_airflow.airflow.lifecycle import TaskInstanceIds
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import TaskIdentity
@@ -37,12 +37,13 @@ class Started:
     identity: TaskIdentity
     conn_id: str
     secrets: JSONObject | None  # what the trigger masks (dlc_airflow.secrets.TriggerSecrets)
-    xcoms: dict[str, Any]  # what the task publishes about its job, handed over at its end
-    where: dict[str, Any]  # where the job is, for the notifiers
+    xcoms: JSONObject  # what the task publishes about its job, handed over at its end
+    where: JSONObject  # where the job is, for the notifiers
     began: float  # when the job was made (an adopted one's creation): the timeouts count from there
 
 
-def start_job(spec: dict[str, Any], ti: Any, namespace: str | None, local_root: str | None, log: Log) -> Started:
+def start_job(spec: JSONObject, ti: TaskInstanceIds, namespace: str | None, local_root: str | None,
+              log: Log) -> Started:
     """See the module docstring; raises StartError."""
     from dlc_airflow.airflow.lifecycle import StartRequest, base_url, identity_of, publication, start
     from dlc_airflow.airflow.runners import shared_runner

@@ -35,7 +35,7 @@ from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.progress import Progress
 from dlc_airflow.registry import has_connection
-from dlc_airflow.runner import JobRunner, Replica
+from dlc_airflow.runner import Connection, JobRunner, Replica
 from dlc_airflow.status import JobStatus
 
 T = TypeVar("T")
@@ -83,9 +83,9 @@ class DLCJobTrigger(BaseTrigger):
         # (dlc_airflow.airflow.start), and the task's timeout, which counts from the submit
         self.start = start
         self.timeout = timeout
-        self._xcoms: dict[str, Any] = {}  # what a task started here publishes when it ends
+        self._xcoms: JSONObject = {}  # what a task started here publishes when it ends
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
+    def serialize(self) -> tuple[str, JSONObject]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "ref": self.ref, "conn_id": self.conn_id, "namespace": self.namespace,
             "local_root": self.local_root, "deadline": self.deadline, "queue_timeout": self.queue_timeout,
@@ -209,7 +209,7 @@ class DLCJobTrigger(BaseTrigger):
         await blocking(stop_if_owner, runner, ref, self.try_number, self.log)
 
 
-async def _connection(conn_id: str) -> Any | None:
+async def _connection(conn_id: str) -> Connection | None:
     """The Airflow connection, read without blocking the triggerer's loop (None if none)."""
     from airflow.sdk.bases.hook import BaseHook
 

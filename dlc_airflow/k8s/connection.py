@@ -26,6 +26,7 @@ from dlc_airflow.k8s.api import Manifest
 from dlc_airflow.k8s.client import KubeClient
 from dlc_airflow.k8s.errors import KubeConfigError, config_error
 from dlc_airflow.k8s.kubeconfig import kubeconfig_namespace, kubeconfig_paths
+from dlc_airflow.runner import Connection
 
 #: prefixes of extras saved by Airflow < 2.3 (the provider's own, and ours by our conn type)
 EXTRA_PREFIXES = ("extra__kubernetes__", "extra__dlc_kubernetes__")
@@ -96,7 +97,7 @@ class KubeConnection:
         self._loaded_in_cluster: bool | None = None
 
     @staticmethod
-    def get_connection(conn_id: str) -> Any:
+    def get_connection(conn_id: str) -> Connection:
         """The connection; a missing `kubernetes_default` is an empty one (the cluster's own
         credentials then), as the provider's hook has it."""
         from airflow.sdk import Connection

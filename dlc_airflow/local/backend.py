@@ -5,9 +5,10 @@ cluster (its srun steps), so that type is refused, naming the backend that runs 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dlc_airflow.jobtypes import JOB_TYPES, JobType
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.spec import DLCJob
 
 
@@ -22,7 +23,7 @@ class LocalBackend:
 
             raise unsupported_type(job.type.value, self.name, "a batch script needs a Slurm cluster")
 
-    def preview(self, job: DLCJob, name: str) -> list[dict[str, Any]]:
+    def preview(self, job: DLCJob, name: str) -> list[JSONObject]:
         """What `dlc-airflow render` prints: the processes the supervisor would start (command,
         working directory, the env the wiring sets; secret values as placeholders), and the
         hostfile, in the default job root."""
@@ -38,7 +39,7 @@ class LocalBackend:
                 shown = describe(entry.value) if not isinstance(entry.value, str) else HIDDEN
                 hidden.setdefault(entry.where, {})[entry.name] = shown
         plan = plan_replicas(with_values(job, hidden), name, Path(default_root()) / name)
-        docs: list[dict[str, Any]] = [{"replica": r.key, "command": r.argv, "cwd": str(r.cwd), "env": r.env,
+        docs: list[JSONObject] = [{"replica": r.key, "command": r.argv, "cwd": str(r.cwd), "env": r.env,
                                        **({"health_check": r.health_argv} if r.health_argv else {})}
                                       for r in plan.replicas]
         if plan.hostfile is not None:

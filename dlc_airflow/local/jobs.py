@@ -23,7 +23,6 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from dlc_airflow import jobfolder, reasons
 from dlc_airflow.errors import OwnershipError
@@ -244,7 +243,7 @@ class JobFolders:
         """spec.json: the spec with secret sources as references and secret literals hidden."""
         return jobfolder.read_spec(self._dir(name))
 
-    def replica_states(self, name: str) -> dict[str, dict[str, Any]]:
+    def replica_states(self, name: str) -> dict[str, JSONObject]:
         """The supervisor's record of each replica (state.json), by `<role>-<index>`."""
         return dict(self._state(self._dir(name)).get("replicas") or {})
 

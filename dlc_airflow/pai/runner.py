@@ -18,13 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from dlc_airflow import reasons
 from dlc_airflow.errors import BackendError, OwnershipError, SubmitError
 from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.jsonvalue import JSON
+from dlc_airflow.jsonvalue import JSON, JSONObject
 from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_JOB, LABEL_TASK_KEY, LABEL_TRY, TaskIdentity
 from dlc_airflow.pai import backend
 from dlc_airflow.pai.client import PaiClient, PaiError
@@ -66,15 +65,15 @@ class PaiRunner:
     def ref(self, job: DLCJob | None, name: str, attempt: int = 1, uid: str = "") -> JobRef:
         return JobRef(backend=PAI, place=self.place, name=name, attempt=attempt, uid=uid)
 
-    def _ref_of(self, item: dict[str, Any]) -> JobRef:
+    def _ref_of(self, item: JSONObject) -> JobRef:
         tags = _tags(item)
         attempt = tags.get(LABEL_ATTEMPT, "1")
         return self.ref(None, tags.get(LABEL_JOB) or item.get("DisplayName", ""),
                         int(attempt) if attempt.isdigit() else 1, uid=str(item.get("JobId", "")))
 
-    def _list(self, tags: dict[str, str]) -> list[dict[str, Any]]:
+    def _list(self, tags: dict[str, str]) -> list[JSONObject]:
         """Every live job of the workspace carrying `tags` (all pages)."""
-        found: list[dict[str, Any]] = []
+        found: list[JSONObject] = []
         page, size = 1, self.settings.list_page_size
         start = iso(datetime.now(UTC) - FIND_WINDOW)
         while True:
@@ -125,7 +124,7 @@ class PaiRunner:
         found = self.lookup(ref.name)
         return found.uid if found else None
 
-    def get(self, ref: JobRef) -> dict[str, Any] | None:
+    def get(self, ref: JobRef) -> JSONObject | None:
         """The job's GetJob body; None if it is gone."""
         job_id = self._job_id(ref)
         if not job_id:
@@ -141,10 +140,10 @@ class PaiRunner:
         data = self.get(ref)
         return status_of(ref, data)
 
-    def follow(self, ref: JobRef) -> PolledFollower[str, dict[str, Any]]:
+    def follow(self, ref: JobRef) -> PolledFollower[str, JSONObject]:
         """Status changes from the workspace's shared poller (one ListJobs per interval for every
         job this process follows, no GetJob per job)."""
-        def observe(data: dict[str, Any] | None) -> Observed:
+        def observe(data: JSONObject | None) -> Observed:
             return status_of(ref, data), backend.replicas(data or {})
 
         return PolledFollower(lambda: self.registry.get(self.settings, self.client), lambda: self._job_id(ref),
@@ -265,7 +264,7 @@ class PaiRunner:
         return max(tries) if tries else None
 
 
-def status_of(ref: JobRef, data: dict[str, Any] | None) -> JobStatus:
+def status_of(ref: JobRef, data: JSONObject | None) -> JobStatus:
     if data is None:
         return JobStatus(state=JobState.STOPPED, reason=reasons.NOT_FOUND,
                          message=f"DLC job {ref.name} ({ref.uid or 'no id'}) not found in workspace {ref.place}")
@@ -294,7 +293,7 @@ def event_of(ref: JobRef, text: str, index: int) -> Event:
                  reason="DLC", message=text, warning=warning)
 
 
-def _tags(data: dict[str, Any]) -> dict[str, str]:
+def _tags(data: JSONObject) -> dict[str, str]:
     return {str(k): str(v) for k, v in ((data.get("Settings") or {}).get("Tags") or {}).items()}
 
 

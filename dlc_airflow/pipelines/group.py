@@ -58,7 +58,7 @@ def _job(job: DLCJob | JSONObject | str | os.PathLike[str], what: str) -> DLCJob
     return parse_job(job, source=f"{what} job")
 
 
-def _with_env(job: DLCJob, what: str, env: dict[str, str]) -> dict[str, Any]:
+def _with_env(job: DLCJob, what: str, env: dict[str, str]) -> JSONObject:
     taken = sorted(set(env) & (set(job.env) | {k for r in job.roles.values() for k in r.env}))
     if taken:
         raise ValueError(f"the {what} job sets {', '.join(taken)} in its env, which the pipeline sets: remove them")
@@ -106,8 +106,8 @@ def training_pipeline(
     conn_id: str | None = None,
     namespace: str | None = None,
     local_root: str | None = None,
-    operator_kwargs: dict[str, Any] | None = None,
-    train_kwargs: dict[str, Any] | None = None,
+    operator_kwargs: JSONObject | None = None,
+    train_kwargs: JSONObject | None = None,
     keep_last: int | None = None,
     notify: Any = None,
 ) -> Any:

@@ -88,10 +88,10 @@ class LineageOperator(_LineageTask):
             raise ValueError(f"{self.task_id}: on_unfinished must be 'block' or 'skip', not {on_unfinished!r}")
         self.on_unfinished = on_unfinished
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> JSONObject:
         interval = context_interval(context)
         layout, run_id = self.layout, context["run_id"]
-        found: dict[str, Any] = {}
+        found: JSONObject = {}
 
         def begin(manifest: JSONObject) -> JSONObject:
             predecessor = lin.resolve_predecessor(manifest, interval, on_unfinished=self.on_unfinished)
@@ -144,7 +144,7 @@ class CommitOperator(_LineageTask):
         self.train_task_id = train_task_id
         self.promotes = promotes
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> JSONObject:
         interval = context_interval(context)
         ti = context["ti"]
         begun = ti.xcom_pull(task_ids=self.lineage_task_id)
@@ -213,13 +213,13 @@ class PromoteOperator(_LineageTask):
         self.gate = lin.Gate(metric, threshold, mode)  # validates
         self.metric, self.threshold, self.mode = metric, threshold, mode
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> JSONObject:
         interval = context_interval(context)
         committed = context["ti"].xcom_pull(task_ids=self.commit_task_id)
         if not committed:
             raise AirflowFailException(f"interval {interval.key}: no result from {self.commit_task_id}")
         metrics = committed.get("metrics") or {}
-        decided: dict[str, Any] = {}
+        decided: JSONObject = {}
 
         def gate(manifest: JSONObject) -> JSONObject:
             passes, move, why = lin.decide_promotion(manifest, interval, metrics, self.gate)

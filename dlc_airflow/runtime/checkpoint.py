@@ -28,8 +28,8 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.runtime.env import is_coordinator
 
 __all__ = [
@@ -121,7 +121,7 @@ def _resume_local() -> Path | None:
     return local_path(value)
 
 
-def checkpoint_metadata(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+def checkpoint_metadata(path: str | os.PathLike[str]) -> JSONObject | None:
     """What `save_checkpoint` recorded in a checkpoint: {"job_name", "step", "saved_at"}
     (job_name is the writer's DLC_JOB_NAME, None outside a job; saved_at a Unix time).
     None for a checkpoint without a readable record (written by something else)."""

@@ -7,9 +7,10 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dlc_airflow.errors import SecretSourceError
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.secrets.resolve import Entry, entries, resolve
 from dlc_airflow.spec.envsource import AirflowConnectionRef, AirflowVariableRef, SecretKeyRef, env_value
 
@@ -49,24 +50,24 @@ class TriggerSecrets:
     Airflow sources (it reads them again), and the secret literals (already in the DAG; trigger
     kwargs are encrypted and never shown by the API)."""
 
-    sources: tuple[dict[str, Any], ...] = ()  # {"where", "name", "source": the Airflow source as in the spec}
+    sources: tuple[JSONObject, ...] = ()  # {"where", "name", "source": the Airflow source as in the spec}
     literals: tuple[str, ...] = ()
-    secrets: tuple[dict[str, Any], ...] = ()  # Kubernetes Secret sources
+    secrets: tuple[JSONObject, ...] = ()  # Kubernetes Secret sources
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"sources": list(self.sources), "literals": list(self.literals), "secrets": list(self.secrets)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> TriggerSecrets:
+    def from_dict(cls, data: JSONObject | None) -> TriggerSecrets:
         data = data or {}
         return cls(tuple(data.get("sources") or ()), tuple(data.get("literals") or ()),
                    tuple(data.get("secrets") or ()))
 
     @classmethod
     def of(cls, job: DLCJob) -> TriggerSecrets:
-        sources: list[dict[str, Any]] = []
+        sources: list[JSONObject] = []
         literals: list[str] = []
-        kube: list[dict[str, Any]] = []
+        kube: list[JSONObject] = []
         for entry in entries(job):
             if isinstance(entry.value, (AirflowVariableRef, AirflowConnectionRef)):
                 sources.append({"where": entry.where, "name": entry.name, "source": entry.value.model_dump()})

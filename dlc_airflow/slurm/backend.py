@@ -55,6 +55,7 @@ from dlc_airflow import naming, reasons
 from dlc_airflow.errors import BackendError, unsupported_type
 from dlc_airflow.jobfolder import LOGS, OUTPUTS
 from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import check_name
 from dlc_airflow.slurm.api import JobRecord, JobRequest
 from dlc_airflow.spec import DLCJob, HostPathMount, Resources, is_templated
@@ -120,7 +121,7 @@ class Folder:
 
     visible: bool = False
     exits: dict[str, int] = field(default_factory=dict)  # replica key -> exit code of its last run
-    result: dict[str, Any] | None = None  # {"exit_code", "restarts", "retryable"}
+    result: JSONObject | None = None  # {"exit_code", "restarts", "retryable"}
     restarts: int = 0
     batch_tail: str = ""
 
@@ -228,7 +229,7 @@ class SlurmBackend:
             comment=comment(job, name, identity, attempt),
         )
 
-    def preview(self, job: DLCJob, name: str) -> list[dict[str, Any]]:
+    def preview(self, job: DLCJob, name: str) -> list[JSONObject]:
         """What `dlc-airflow render` prints: the batch script, and the job request as slurmrestd
         v0.0.40 and later take it (the job folder under the default job root; the connection's
         partition, account and job root are filled in at submit)."""
@@ -301,12 +302,12 @@ def memory_mib(memory: str | None) -> int | None:
 def comment(job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int | None) -> str:
     """The job's identity and roles, as its Slurm comment: `dlc-airflow:{json}`."""
     labels = naming.job_labels(name, identity, attempt)
-    data: dict[str, Any] = {k.removeprefix(naming.PREFIX): v for k, v in labels.items() if k != naming.MANAGED_BY}
+    data: JSONObject = {k.removeprefix(naming.PREFIX): v for k, v in labels.items() if k != naming.MANAGED_BY}
     data["roles"] = {r: job.roles[r].replicas for r in ordered_roles(job.roles)}
     return COMMENT_PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
-def parse_comment(text: str) -> dict[str, Any] | None:
+def parse_comment(text: str) -> JSONObject | None:
     """The identity a job's comment carries; None for a job that is not ours."""
     if not text or not text.startswith(COMMENT_PREFIX):
         return None
@@ -470,7 +471,7 @@ def job_status(record: JobRecord | None, folder: Folder) -> JobStatus:
         return _forgotten(folder)
     identity = parse_comment(record.comment) or {}
     found = identity.get("roles")
-    roles: dict[str, Any] = found if isinstance(found, dict) else {}
+    roles: JSONObject = found if isinstance(found, dict) else {}
     state, reason, message = _state(record, folder)
     restarts = record.restarts + max(folder.restarts, int((folder.result or {}).get("restarts") or 0))
     started = record.start_time if state not in (JobState.PENDING, JobState.QUEUED) or record.restarts else None
@@ -531,7 +532,7 @@ def _state(record: JobRecord, folder: Folder) -> tuple[JobState, str, str]:
     return JobState.FAILED, _failure_reason(folder.result), _failure_message(record, folder, code, record.signal)
 
 
-def _failure_reason(result: dict[str, Any] | None) -> str:
+def _failure_reason(result: JSONObject | None) -> str:
     if result is not None and result.get("retryable") is False:
         return reasons.NON_RETRYABLE_EXIT
     return reasons.RESTART_LIMIT_EXCEEDED
@@ -567,7 +568,7 @@ def _replicas_failed(folder: Folder) -> str:
 _STOPPED = (128 + 15, 128 + 9)
 
 
-def _roles(roles: dict[str, Any], folder: Folder, state: JobState) -> dict[str, RoleCounts]:
+def _roles(roles: JSONObject, folder: Folder, state: JobState) -> dict[str, RoleCounts]:
     out: dict[str, RoleCounts] = {}
     for role, count in roles.items():
         n = int(count)

@@ -28,14 +28,13 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from dlc_airflow import jobfolder
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID as KUBERNETES_DEFAULT
 from dlc_airflow.errors import OwnershipError, SubmitError
 from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.jsonvalue import JSONDict
+from dlc_airflow.jsonvalue import JSONDict, JSONObject
 from dlc_airflow.naming import PREFIX, TaskIdentity
 from dlc_airflow.polling import Observed, PolledFollower
 from dlc_airflow.runner import LogLine, LogPositions, Outputs, Reach, Replica
@@ -76,7 +75,7 @@ class SlurmRunner:
         return JobRef(backend=SLURM, place=partition, name=name, attempt=attempt,
                       uid=str(record.job_id) if record is not None else "")
 
-    def _ours(self) -> list[tuple[JobRecord, dict[str, Any]]]:
+    def _ours(self) -> list[tuple[JobRecord, JSONObject]]:
         out = []
         for record in self._records():
             identity = parse_comment(record.comment)
@@ -303,7 +302,7 @@ def _pick(records: list[JobRecord]) -> JobRecord:
     return live[0] if live else max(records, key=lambda r: r.job_id)
 
 
-def _attempt(identity: dict[str, Any]) -> int:
+def _attempt(identity: JSONObject) -> int:
     value = identity.get("attempt")
     return int(value) if isinstance(value, str) and value.isdigit() else 1
 

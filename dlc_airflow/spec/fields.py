@@ -13,8 +13,9 @@ import types
 import typing
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
 from urllib.parse import urlsplit
+
+from dlc_airflow.jsonvalue import JSONObject
 
 
 def is_templated(value: object) -> bool:
@@ -113,7 +114,7 @@ def has_backstep(path: str) -> bool:
     return ".." in path.split("/")
 
 
-def check_toleration(tol: dict[str, Any], where: str) -> None:
+def check_toleration(tol: JSONObject, where: str) -> None:
     """What the API server checks in a toleration, named by our field."""
     unknown = sorted(set(tol) - _TOLERATION_KEYS)
     if unknown:
@@ -137,7 +138,7 @@ def check_toleration(tol: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where}.tolerationSeconds needs effect 'NoExecute'")
 
 
-def parse_duration(value: Any, what: str) -> timedelta | None:
+def parse_duration(value: object, what: str) -> timedelta | None:
     """Seconds (int), a timedelta, or a string such as '90s', '30m', '2h', '1d12h'."""
     if value is None or isinstance(value, timedelta):
         return value
@@ -160,7 +161,7 @@ def parse_duration(value: Any, what: str) -> timedelta | None:
     raise ValueError(f"{what} {value!r} is not a duration; write seconds or e.g. '90s', '30m', '2h'")
 
 
-def positive_seconds(value: Any, what: str) -> float | None:
+def positive_seconds(value: object, what: str) -> float | None:
     """A duration option (queue_timeout, timeout) in seconds; None stays None. Zero and
     negative values are refused: they would fail the job the moment it is submitted."""
     duration = parse_duration(value, what)
@@ -177,7 +178,7 @@ def positive_seconds(value: Any, what: str) -> float | None:
 # pydantic's lax mode reads True as 1, 2.0 as 2, "no" and 1 as booleans; a spec field that is
 # a count or a switch takes exactly that, so `worker: true` or `read_only: "no"` is refused.
 
-def scalar_kind(annotation: Any) -> str | None:
+def scalar_kind(annotation: object) -> str | None:
     """'int', 'bool' or 'ints' (a list of int) for a field annotated so (optional or not)."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -191,7 +192,7 @@ def scalar_kind(annotation: Any) -> str | None:
     return None
 
 
-def check_whole_number(value: Any, what: str) -> Any:
+def check_whole_number(value: object, what: str) -> object:
     """A whole number as given (digits in a string and 2.0 are read as such); bools,
     fractions and other text are refused. Other types are left to the model's own check."""
     if isinstance(value, bool):
@@ -208,13 +209,13 @@ def check_whole_number(value: Any, what: str) -> Any:
     return value
 
 
-def check_boolean(value: Any, what: str) -> Any:
+def check_boolean(value: object, what: str) -> object:
     if value is not None and not isinstance(value, bool):
         raise ValueError(f"{what} must be true or false, not {value!r}")
     return value
 
 
-def check_scalar(value: Any, kind: str | None, what: str) -> Any:
+def check_scalar(value: object, kind: str | None, what: str) -> object:
     if kind == "int":
         return check_whole_number(value, what)
     if kind == "bool":

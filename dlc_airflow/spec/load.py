@@ -11,11 +11,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from dlc_airflow.errors import SpecError
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.spec.fields import QUANTITY
 from dlc_airflow.spec.models import DLCJob, first_error
 
 
-def parse_job(data: Any, source: str = "job spec") -> DLCJob:
+def parse_job(data: object, source: str = "job spec") -> DLCJob:
     """Validate a DLCJob / dict, raising SpecError with one actionable line per problem."""
     if isinstance(data, DLCJob):
         return data
@@ -77,8 +78,8 @@ def _strict_yaml_loader() -> type:
 
 
 def _load_json(text: str) -> Any:
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def pairs(items: list[tuple[str, Any]]) -> JSONObject:
+        out: JSONObject = {}
         for key, value in items:
             if key in out:
                 raise _DuplicateKey(f"duplicate key {key!r}; remove one of them (JSON would silently keep the last)")
@@ -98,7 +99,7 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-def json_schema() -> dict[str, Any]:
+def json_schema() -> JSONObject:
     """JSON Schema of DLCJob, for editors (yaml-language-server) and docs.
 
     It describes what a spec file may contain, which is more than the models' types: the

@@ -31,6 +31,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dlc_airflow.errors import SpecError
 from dlc_airflow.jobtypes import JOB_TYPES, JobType, TypeInfo
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.spec.envsource import SOURCE_TYPES, EnvValue  # env values from secrets: see dlc_airflow.secrets
 from dlc_airflow.spec.fields import (  # parse_duration and is_templated are public here too
     DNS_LABEL,
@@ -319,7 +320,7 @@ class Scheduling(_Model):
     )
     priority_class: str | None = None
     node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    tolerations: list[JSONObject] = Field(default_factory=list)
     spot: Literal["none", "prefer", "require"] = Field(
         "none", description="run on spot/preemptible nodes: prefer them, or require them"
     )
@@ -347,7 +348,7 @@ class Scheduling(_Model):
 
     @field_validator("tolerations")
     @classmethod
-    def _tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _tolerations(cls, value: list[JSONObject]) -> list[JSONObject]:
         for i, tol in enumerate(value):
             check_toleration(tol, f"tolerations[{i}]")
         return value
@@ -636,7 +637,7 @@ class DLCJob(_Model):
     def total_replicas(self) -> int:
         return sum(r.replicas for r in self.roles.values())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """JSON-safe dict that round-trips through model_validate (durations in seconds)."""
         data = self.model_dump(mode="json", exclude_defaults=True)
         if self.storage:

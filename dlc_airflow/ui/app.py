@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse
 
 from dlc_airflow.airflow.keys import XCOM_REF
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.ui import render
 
 PREFIX = "/dlc"
@@ -63,13 +64,13 @@ def _xcoms(dag_id: str | None, run_id: str | None, key: str, task_suffix: str | 
                 for x, _ in session.execute(query).all()]
 
 
-def _runner(data: dict[str, Any]) -> Any:
+def _runner(data: JSONObject) -> Any:
     from dlc_airflow.airflow.runners import runner_of
 
     return runner_of(data)[0]
 
 
-def _info(data: dict[str, Any], dag_id: str, run_id: str, task_id: str, map_index: int) -> Any:
+def _info(data: JSONObject, dag_id: str, run_id: str, task_id: str, map_index: int) -> Any:
     from dlc_airflow.jobinfo import JobInfo
     return JobInfo(ref=JobRef.from_dict(data), dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index,
                    try_number=int(data.get("try_number") or 0))
@@ -99,7 +100,7 @@ def index() -> str:
 def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     rows = []
     for _, _, task_id, map_index, data in _xcoms(dag_id, run_id, XCOM_REF):
-        row: dict[str, Any] = {"task_id": task_id, "map_index": map_index, "name": data["name"],
+        row: JSONObject = {"task_id": task_id, "map_index": map_index, "name": data["name"],
                                "backend": data["backend"], "namespace": JobRef.from_dict(data).place,
                                "report_url": _report_url(dag_id, run_id, task_id, map_index)}
         try:

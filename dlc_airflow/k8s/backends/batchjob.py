@@ -13,10 +13,10 @@ Nothing here talks to a cluster.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     condition_time,
@@ -248,7 +248,7 @@ def jobs_status(jobs: list[Manifest]) -> JobStatus:
 
     created = earliest((o.get("metadata") or {}).get("creationTimestamp") for o in jobs)
     started = earliest((o.get("status") or {}).get("startTime") for o in jobs)
-    base: dict[str, Any] = {"roles": roles, "created": created, "started": started}
+    base: JSONObject = {"roles": roles, "created": created, "started": started}
 
     # TensorFlow: the job succeeds when the chief does (worker 0 without a chief), whatever the
     # parameter servers, evaluators and other workers do; the runner then settles those. Before

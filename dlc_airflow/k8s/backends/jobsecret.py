@@ -10,8 +10,8 @@ runner fills them in (`fill_job_secret`). No value ever sits in a Job object.
 from __future__ import annotations
 
 import base64
-from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.k8s.api import Manifest
 from dlc_airflow.naming import child_name
 from dlc_airflow.secrets.resolve import entries, hidden_entries, resolve
@@ -23,12 +23,12 @@ def job_secret_name(name: str) -> str:
     return child_name(name, "env")
 
 
-def pod_env(job: DLCJob, name: str, role: str) -> dict[str, Any]:
+def pod_env(job: DLCJob, name: str, role: str) -> JSONObject:
     """The role's env for a pod spec: hidden values become references to the job's Secret
     (Secret sources stay references to theirs); other literals stay as they are."""
     hidden_entries(job)  # refuses two values for one key
     keys = {(e.where, e.name): e.key for e in entries(job) if e.hidden()}
-    env: dict[str, Any] = {}
+    env: JSONObject = {}
     for where, values in (("env", job.env), (f"roles.{role}.env", job.roles[role].env)):
         for n, v in values.items():  # the role's own entries win, as in DLCJob.role_env
             key = keys.get((where, n))

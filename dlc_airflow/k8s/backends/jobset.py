@@ -26,11 +26,11 @@ status); the controller's message is kept.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
@@ -201,7 +201,7 @@ def jobset_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStatus
         roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
 
     meta = obj.get("metadata") or {}
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "roles": roles,
         "restarts": restarts,
         "created": earliest([meta.get("creationTimestamp")]),

@@ -40,6 +40,7 @@ from typing import Any
 from dlc_airflow import naming, reasons, wiring
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
@@ -289,7 +290,7 @@ def kubeflow_status(obj: Manifest) -> JobStatus:
         failed_pods += c.failed
 
     meta = obj.get("metadata") or {}
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "roles": roles,
         "created": earliest([meta.get("creationTimestamp")]),
         "started": earliest([st.get("startTime")]),

@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from dlc_airflow import wiring
 from dlc_airflow.errors import BackendError
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.k8s.api import Manifest
 from dlc_airflow.k8s.backends.jobsecret import pod_env
 from dlc_airflow.spec import DLCJob, Resources
@@ -182,7 +182,7 @@ def storage_volumes(job: DLCJob) -> Volumes:
     volumes: list[Manifest] = []
     mounts: list[Manifest] = []
     for i, m in enumerate(job.storage):
-        source: dict[str, Any]
+        source: JSONObject
         if m.type == "pvc":
             name, source = f"pvc-{i}", {"persistentVolumeClaim": {"claimName": m.claim_name}}
             if m.read_only:
@@ -304,7 +304,7 @@ def clone_container(job: DLCJob, mounts: list[Manifest]) -> Manifest | None:
     code = job.code
     if code is None:
         return None
-    env: list[dict[str, Any]] = [
+    env: list[JSONObject] = [
         {"name": "DLC_GIT_REPO", "value": code.repo},
         {"name": "DLC_GIT_REVISION", "value": code.revision},
         {"name": "DLC_CODE_DIR", "value": code.mount_path},

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from typing import Any
 
 from dlc_airflow import naming, reasons
 from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     Backend,
@@ -183,7 +183,7 @@ def rayjob_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStatus
 
     meta = obj.get("metadata") or {}
     failed = int(st.get("failed") or 0)
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "roles": roles,
         # KubeRay counts every failed run in status.failed, the final one of a failed job too.
         "restarts": max(0, failed - 1) if deployment in ("Failed", "ValidationFailed") else failed,

@@ -37,11 +37,11 @@ the TrainJob's JobSet, copied by the Trainer controller, mapped as on the jobset
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from dlc_airflow import naming, reasons
 from dlc_airflow.errors import BackendError, UnsupportedType, unsupported_type
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.k8s.api import Manifest, Pod
 from dlc_airflow.k8s.backends.base import (
     Backend,
@@ -240,7 +240,7 @@ def trainjob_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStat
         roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
 
     meta = obj.get("metadata") or {}
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "roles": roles,
         "created": earliest([meta.get("creationTimestamp")]),
         "started": earliest((p.get("status") or {}).get("startTime") for p in pods or []),
