@@ -108,6 +108,22 @@ def task_id(value: object, what: str, task_id: str) -> str | None:
     return value
 
 
+def consistent(task_id: str, *, wait_for_completion: bool, deferrable: bool | None, on_finish_delete: bool,
+               timeout: float | None, queue_timeout: float | None) -> None:
+    """Operator options that contradict each other: each would be silently ignored at run time."""
+    if not wait_for_completion:
+        # the task returns once the job is submitted: nothing is left to delete it or time it out
+        ignored = [name for name, set_ in (("on_finish='delete'", on_finish_delete), ("timeout", timeout is not None),
+                                            ("queue_timeout", queue_timeout is not None),
+                                            ("deferrable=True", deferrable is True)) if set_]
+        if ignored:
+            raise ArgumentError(f"{task_id}: {', '.join(ignored)} needs wait_for_completion=True (the task does not "
+                                "wait for the job, so nothing would apply it); drop one of them")
+    if queue_timeout is not None and timeout is not None and queue_timeout > timeout:
+        raise ArgumentError(f"{task_id}: queue_timeout ({queue_timeout:g}s) is longer than timeout "
+                            f"({timeout:g}s), which counts from the submit too: make it shorter or drop it")
+
+
 def sensor_timing(kwargs: JSONObject, task_id: str) -> None:
     """A sensor's timeout and poke_interval: seconds or a timedelta, not negative, not a bool;
     and job_type, an argument the sensor no longer has (Airflow's own error spans lines)."""

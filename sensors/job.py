@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
@@ -120,6 +119,7 @@ class DLCJobSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        from dlc_airflow.airflow.start import backstop
         from dlc_airflow.airflow.trigger import DLCJobTrigger
 
         runner, ref = self._runner_and_ref(context)
@@ -132,7 +132,7 @@ class DLCJobSensor(BaseSensorOperator):
                                   local_root=self.local_root, deadline=now + self.timeout if self.timeout else None,
                                   stream_logs=False, end_from_trigger=False),
             method_name="execute_complete",
-            timeout=timedelta(seconds=self.timeout + 300) if self.timeout else None,
+            timeout=backstop(self.timeout),
         )
 
     def execute_complete(self, context: Context, event: Any = None) -> Any:

@@ -11,17 +11,21 @@ job is for the notifiers. Errors propagate; each caller turns them into its own 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from dlc_airflow.airflow.keys import XCOM_REF
+from dlc_airflow.airflow.keys import STATE_KEY, XCOM_REF
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import TaskIdentity
 from dlc_airflow.runner import JobRunner, Log
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.submission import Submission
+
+if TYPE_CHECKING:  # Airflow 3.3's task state store (the context's task_state_store)
+    from airflow.sdk.execution_time.context import TaskStateStoreAccessor
 
 RunnerFactory = Callable[..., JobRunner]  # make_runner / shared_runner's signature
 
@@ -125,6 +129,45 @@ def publication(ref: JobRef, identity: TaskIdentity, conn_id: str, local_root: s
              "map_index": identity.map_index, "try_number": identity.try_number, "job": ref.name,
              "backend": ref.backend, "namespace": ref.place, "link": urls.get("DLC job report", "")}
     return Publication(xcoms=xcoms, where=where)
+
+
+class TaskState:
+    """The task state store (durable execution) under dlc-airflow's key: the job a try made,
+    then its result; an extra, never a requirement (no store, or a failing one, is no store)."""
+
+    def __init__(self, store: TaskStateStoreAccessor | None) -> None:
+        self.store = store
+
+    def recorded(self) -> JSONObject | None:
+        if self.store is None:
+            return None
+        try:
+            found = self.store.get(STATE_KEY)
+        except Exception:  # noqa: BLE001 - durable execution is an extra
+            return None
+        return found if isinstance(found, dict) else None
+
+    def record(self, entry: JSONObject) -> None:
+        if self.store is None:
+            return
+        try:
+            self.store.set(STATE_KEY, entry)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@contextmanager
+def failing_for_good() -> Iterator[None]:
+    """Errors no retry can fix (a refused spec, a forbidden namespace, bad credentials: their
+    `permanent`) fail the task at once; the others leave it to Airflow's retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        yield
+    except Exception as exc:
+        if getattr(exc, "permanent", False) and not isinstance(exc, AirflowFailException):
+            raise AirflowFailException(str(exc)) from exc
+        raise
 
 
 def base_url() -> str:

@@ -84,6 +84,20 @@ def carry(notifier: Any, where: str) -> JSONObject:
     return spec
 
 
+def carry_all(notify: object, task_id: str) -> list[JSONObject]:
+    """A task's `notify=` (one notifier or a list), as carried into the triggerer; checked at
+    DAG parse time (ArgumentError naming the task and the notifier)."""
+    from dlc_airflow.arguments import ArgumentError
+
+    if notify is None:
+        return []
+    listed = list(notify) if isinstance(notify, (list, tuple)) else [notify]
+    try:
+        return [carry(n, f"{task_id}: notify[{i}]") for i, n in enumerate(listed)]
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+
+
 def rebuild(spec: JSONObject) -> Any:
     module, _, name = spec["class"].rpartition(".")
     return getattr(import_module(module), name)(**spec["kwargs"])

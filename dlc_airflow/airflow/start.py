@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from dlc_airflow.airflow.lifecycle import TaskInstanceIds
 from dlc_airflow.jobref import JobRef
@@ -40,6 +41,16 @@ class Started:
     xcoms: JSONObject  # what the task publishes about its job, handed over at its end
     where: JSONObject  # where the job is, for the notifiers
     began: float  # when the job was made (an adopted one's creation): the timeouts count from there
+
+
+BACKSTOP = 300.0  # seconds past a task's timeout after which Airflow ends a wedged trigger
+
+
+def backstop(timeout: float | None) -> timedelta | None:
+    """The timeout of a task's deferral: Airflow does not enforce execution_timeout while a task
+    is deferred, so the trigger enforces the task's `timeout` itself (stopping the job); this
+    only ends a trigger that is wedged."""
+    return timedelta(seconds=timeout + BACKSTOP) if timeout else None
 
 
 def start_job(spec: JSONObject, ti: TaskInstanceIds, namespace: str | None, local_root: str | None,

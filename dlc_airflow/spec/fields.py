@@ -43,6 +43,15 @@ _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
+def templated_anywhere(value: object) -> bool:
+    """Whether a value (a spec as a dict, a list...) holds a Jinja template anywhere."""
+    if isinstance(value, dict):
+        return any(templated_anywhere(k) or templated_anywhere(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(templated_anywhere(v) for v in value)
+    return is_templated(value)
+
+
 def check_quantity(value: str | int | float | None, what: str) -> str | None:
     if value is None:
         return None

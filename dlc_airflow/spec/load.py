@@ -5,6 +5,7 @@ problem is one SpecError line naming the field (dlc_airflow.spec.models.first_er
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,15 @@ def parse_job(data: object, source: str = "job spec") -> DLCJob:
         return DLCJob.model_validate(data)
     except ValidationError as exc:
         raise SpecError(f"invalid {source}: {first_error(exc)}") from None
+
+
+def job_from(job: DLCJob | JSONObject | str | os.PathLike[str], folder: Path, source: str) -> DLCJob:
+    """A task's `job=`: a DLCJob, a dict of its fields, or a spec file (a relative path is
+    looked up in `folder`, the DAG file's)."""
+    if isinstance(job, (str, os.PathLike)):
+        path = Path(job)
+        return load_job(path if path.is_absolute() else folder / path)
+    return parse_job(job, source=source)
 
 
 def load_job(path: str | Path) -> DLCJob:
