@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
-from dlc_airflow.runner import OnStatus, Replica
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.runner import JobRunner, OnStatus, Replica
 from dlc_airflow.status import JobStatus
 
 log = logging.getLogger(__name__)
@@ -170,3 +171,32 @@ class PolledFollower(Generic[K, D]):
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+
+
+class StatusFollower:
+    """A job's status changes, asking its runner every `interval` seconds in a thread of its
+    own: for jobs whose state is cheap to read on this host (the local backend's job folder).
+    Reports the job's replicas with each change."""
+
+    def __init__(self, runner: JobRunner, ref: JobRef, interval: float) -> None:
+        self.runner, self.ref, self.interval = runner, ref, interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, on_status: OnStatus) -> None:
+        def poll() -> None:
+            last = None
+            while not self._stop.is_set():
+                status = self.runner.status(self.ref)
+                if status != last:
+                    on_status(status, self.runner.replicas(self.ref))
+                    last = status
+                self._stop.wait(self.interval)
+
+        self._thread = threading.Thread(target=poll, daemon=True, name=f"dlc-follow-{self.ref.name}")
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(2)

@@ -10,7 +10,6 @@ every replica when the job ends).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 from dlc_airflow.errors import BackendError, SecretSourceError, SubmitError
@@ -30,7 +29,8 @@ from dlc_airflow.naming import (
     job_labels,
     task_labels,
 )
-from dlc_airflow.runner import Log, LogLine, LogPositions, OnStatus, Outputs, Reach, Replica
+from dlc_airflow.polling import StatusFollower
+from dlc_airflow.runner import Log, LogLine, LogPositions, Outputs, Reach, Replica
 from dlc_airflow.secrets.resolve import Entry
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.spec.envsource import SecretKeyRef
@@ -78,8 +78,9 @@ class LocalRunner:
     def status(self, ref: JobRef) -> JobStatus:
         return self.folders.status(ref.name)
 
-    def follow(self, ref: JobRef) -> LocalFollower:
-        return LocalFollower(self, ref)
+    def follow(self, ref: JobRef) -> StatusFollower:
+        """The job's state file, read every 50 ms (a local file: cheap)."""
+        return StatusFollower(self, ref, interval=0.05)
 
     def logs(self, ref: JobRef, since: LogPositions | None = None,
              replicas: Sequence[Replica] | None = None) -> tuple[list[LogLine], LogPositions]:
@@ -144,30 +145,3 @@ class LocalRunner:
 # the supervisor's replica phases in the words pods use
 _REPLICA_STATES = {"pending": "Pending", "health": "Running", "running": "Running", "backoff": "Pending",
                    "succeeded": "Succeeded", "failed": "Failed", "stopped": "Stopped"}
-
-
-class LocalFollower:
-    """Reports a local job's status changes; the state file is polled every 50 ms."""
-
-    def __init__(self, runner: LocalRunner, ref: JobRef, interval: float = 0.05):
-        self.runner, self.ref, self.interval = runner, ref, interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, on_status: OnStatus) -> None:
-        def poll() -> None:
-            last = None
-            while not self._stop.is_set():
-                status = self.runner.status(self.ref)
-                if status != last:
-                    on_status(status, [])
-                    last = status
-                self._stop.wait(self.interval)
-
-        self._thread = threading.Thread(target=poll, daemon=True, name=f"dlc-local-{self.ref.name}")
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(2)

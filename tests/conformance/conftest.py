@@ -81,15 +81,9 @@ def _local(request, tmp_path) -> Subject:
 
 def _slurm(request, tmp_path) -> Subject:
     from dlc_airflow.slurm.runner import SlurmRunner
-    from tests.conftest import IN_CI
-    from tests.support.slurm import SlurmUnavailable, acquire_slurm
+    from tests.support.slurm import slurm_or_skip
 
-    try:
-        slurm = acquire_slurm()
-    except SlurmUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"CI=true and Slurm is not serving: {exc}", pytrace=False)
-        pytest.skip(str(exc))
+    slurm = slurm_or_skip()
     runner = SlurmRunner(slurm.settings(tmp_path / "slurm-jobs"))
     return Subject("slurm", runner,
                    lambda: DLCJob(type="batch", image="none", command=_python(0.2), roles={"worker": 1}),

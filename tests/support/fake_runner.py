@@ -24,7 +24,8 @@ from dlc_airflow.jobinfo import JobInfo, attempt_of
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONDict
 from dlc_airflow.naming import LABEL_TASK_KEY, LABEL_TRY, TaskIdentity, job_annotations, job_labels
-from dlc_airflow.runner import Event, LogLine, LogPositions, OnStatus, Outputs, Reach, Replica, merge_outputs
+from dlc_airflow.polling import StatusFollower
+from dlc_airflow.runner import Event, LogLine, LogPositions, Outputs, Reach, Replica, merge_outputs
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts
 
@@ -129,8 +130,8 @@ class FakeRunner:
                                                                          succeeded=n if done else 0)
                                                         for role, n in job.roles.items()})
 
-    def follow(self, ref: JobRef) -> FakeFollower:
-        return FakeFollower(self, ref)
+    def follow(self, ref: JobRef) -> StatusFollower:
+        return StatusFollower(self, ref, interval=0.02)
 
     def logs(self, ref: JobRef, since: LogPositions | None = None,
              replicas: Sequence[Replica] | None = None) -> tuple[list[LogLine], LogPositions]:
@@ -197,33 +198,6 @@ class FakeRunner:
     def spec(self, ref: JobRef) -> JSONDict | None:
         job = self.by_name.get(ref.name)
         return job.spec if job is not None else None
-
-
-class FakeFollower:
-    """Reports the job's status changes (polled every 20 ms, as the local follower polls)."""
-
-    def __init__(self, runner: FakeRunner, ref: JobRef) -> None:
-        self.runner, self.ref = runner, ref
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, on_status: OnStatus) -> None:
-        def poll() -> None:
-            last = None
-            while not self._stop.is_set():
-                status = self.runner.status(self.ref)
-                if status != last:
-                    on_status(status, self.runner.replicas(self.ref))
-                    last = status
-                self._stop.wait(0.02)
-
-        self._thread = threading.Thread(target=poll, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(2)
 
 
 def make_runner(reach: Reach) -> FakeRunner:
