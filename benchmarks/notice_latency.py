@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="dlc-bench-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-from dlc_airflow.backends import get_backend  # noqa: E402
+from dlc_airflow.k8s.backends import get_backend  # noqa: E402
 from dlc_airflow.k8s.kinds import JOB  # noqa: E402
 from dlc_airflow.k8s.runner import KubeRunner  # noqa: E402
 from dlc_airflow.naming import TaskIdentity, job_name  # noqa: E402

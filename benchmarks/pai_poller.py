@@ -3,7 +3,7 @@
 Side by side in one run, through the local STAND-IN for the DLC API
 (tests/support/dlc_standin.py; the SDK's real client, the stand-in counts what it gets):
 
-- shared: N PaiFollowers in one process (as N deferred tasks in one triggerer): one
+- shared: N followers (polling.PolledFollower) in one process (as N deferred tasks in one triggerer): one
   WorkspacePoller, ListJobs with JobIds for all of them each interval;
 - per-job: the same N jobs polled with one GetJob each per interval (what a trigger per job
   that polls its own job costs).

@@ -3,7 +3,7 @@
 On the real local Slurm (scripts/slurm-local up), side by side in one run, for N waiting jobs
 (held: PENDING for as long as the run lasts, so they wait without taking nodes):
 
-- shared: N SlurmFollowers in one process (as N deferred tasks in one triggerer) on the
+- shared: N followers (polling.PolledFollower) in one process (as N deferred tasks in one triggerer) on the
   cluster's one poller: GET /jobs once per interval for all of them;
 - per-job: the same N jobs polled with one GET /job/{id} each per interval (a trigger per job
   polling its own job), 8 threads.

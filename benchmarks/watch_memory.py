@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--foreign", type=int, default=10000)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "watch_memory.json"))
     args = parser.parse_args()
-    from dlc_airflow.backends import get_backend
+    from dlc_airflow.k8s.backends import get_backend
     from dlc_airflow.k8s.kinds import POD
     from dlc_airflow.k8s.runner import KubeRunner
     from dlc_airflow.naming import TaskIdentity

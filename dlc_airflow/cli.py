@@ -13,45 +13,45 @@ import sys
 from typing import Any
 
 
-def _kubernetes_backend(name: str) -> Any:
-    """The backend `name` as the operator spells it (every backend is listed when it is
-    unknown); `render` prints Kubernetes objects, which the local backend has none of."""
-    from dlc_airflow.backends import BackendError, get_backend
-    from dlc_airflow.registry import check_backend_name, is_kubernetes
-
-    check_backend_name(name)
-    if not is_kubernetes(name):
-        raise BackendError(f"the {name} backend makes no Kubernetes objects to render: use `dlc-airflow validate "
-                           f"--backend {name}` to check the spec, or render for a Kubernetes backend")
-    return get_backend(name)
-
-
 def _render(args: argparse.Namespace) -> int:
-    import yaml
-
+    from dlc_airflow.registry import check, pure_backend
     from dlc_airflow.spec import load_job
 
     job = load_job(args.spec)
-    backend = _kubernetes_backend(args.backend)
-    name = args.name or job.name or "job"
-    objects = backend.render(job, name)
-    yaml.safe_dump_all(objects, sys.stdout, sort_keys=False)
+    check(args.backend, job)  # BackendError naming what it cannot run, and which backend can
+    documents = pure_backend(args.backend).preview(job, args.name or job.name or "job")
+    dump_yaml(documents, sys.stdout)
     return 0
 
 
+def dump_yaml(documents: list[Any], out: Any) -> None:
+    """YAML documents, multi-line strings (a batch script, a hostfile) as literal blocks."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        style = "|" if "\n" in value and all(c == "\n" or c.isprintable() for c in value) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    yaml.dump_all(documents, out, Dumper=Dumper, sort_keys=False)
+
+
 def _validate(args: argparse.Namespace) -> int:
-    from dlc_airflow.registry import check_backend_name, is_kubernetes, pure_backend
+    from dlc_airflow.registry import check, is_kubernetes, pure_backend
     from dlc_airflow.spec import load_job
 
     job = load_job(args.spec)
     rendered = ""
-    if args.backend and not is_kubernetes(check_backend_name(args.backend)):
-        pure_backend(args.backend).check(job)
+    if args.backend:
+        check(args.backend, job)
+    if args.backend and not is_kubernetes(args.backend):
         rendered = f"; the {args.backend} backend runs it"
     elif args.backend:
-        backend = _kubernetes_backend(args.backend)
-        objects = backend.render(job, job.name or "job")
-        rendered = f"; {backend.name} backend renders {len(objects)} object{'s' if len(objects) != 1 else ''}"
+        objects = pure_backend(args.backend).preview(job, job.name or "job")
+        rendered = f"; {args.backend} backend renders {len(objects)} object{'s' if len(objects) != 1 else ''}"
     total = job.total_replicas()
     print(f"{args.spec}: valid {job.type.value} job, {total} replica{'s' if total != 1 else ''} "
           f"in roles {', '.join(f'{r}={v.replicas}' for r, v in job.roles.items())}{rendered}")
@@ -74,8 +74,8 @@ def _sanity_check(args: argparse.Namespace) -> int:
 
 # What `dlc-airflow --help` says: written for users (the module docstring is for developers).
 DESCRIPTION = """\
-Work with DLC job specs and jobs from a shell: check a spec before a DAG uses it, see the
-Kubernetes objects a backend makes of it, check a job's container before training starts,
+Work with DLC job specs and jobs from a shell: check a spec before a DAG uses it, see what
+a backend would submit for it (Kubernetes objects, a Slurm batch script, a DLC request), check a job's container before training starts,
 and list, inspect, stop, clone or delete the jobs your DAGs ran, on any backend.
 A job spec is a YAML or JSON file (see `dlc-airflow schema`; examples in examples/specs/).
 `dlc-airflow COMMAND --help` says more about each command."""
@@ -85,6 +85,7 @@ examples:
   dlc-airflow validate examples/specs/pytorch.yaml                  # valid, or what is wrong
   dlc-airflow validate examples/specs/mpi.yaml --backend local      # and can this backend run it?
   dlc-airflow render examples/specs/pytorch.yaml --backend jobset   # the manifests, as YAML
+  dlc-airflow render examples/specs/pytorch.yaml --backend slurm    # the batch script and job request
   dlc-airflow schema > dlc-job.schema.json                          # for your editor
   dlc-airflow jobs list --backend local                             # the jobs your DAGs ran
 
@@ -97,9 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
-    p = sub.add_parser("render", help="print the Kubernetes objects of a job spec as YAML")
+    p = sub.add_parser("render", help="print what a backend would submit for a job spec, as YAML")
     p.add_argument("spec", help="job spec file (YAML or JSON)")
-    p.add_argument("--backend", default="native", help="a Kubernetes backend: native, kubeflow, trainer, jobset, ray")
+    p.add_argument("--backend", default="native",
+                   help="any backend: the Kubernetes objects (native, kubeflow, trainer, jobset, ray), the "
+                        "Slurm batch script and job request (slurm), the DLC CreateJob request (pai), the "
+                        "local processes (local)")
     p.add_argument("--name", help="job name (default: the spec's name)")
     p.set_defaults(func=_render)
 
@@ -128,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except tuple(user_errors()) as exc:
         # one line on stderr whatever the message held
         print("error: " + " ".join(str(exc).splitlines()), file=sys.stderr)

@@ -26,6 +26,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
+
 REPO = Path(__file__).resolve().parents[1]
 DAG_ID = "retraining_digits"
 CLUSTER_DAG_ID = "retraining_digits_cluster"
@@ -110,7 +112,7 @@ def _xcom(dag_id: str, run_id: str, task_id: str) -> Any:
         return None if row is None else XComModel.deserialize_value(row)
 
 
-def _epochs(job_dir: Path) -> list[dict]:
+def _epochs(job_dir: Path) -> list[JSONObject]:
     """The per-epoch DLC_METRICS lines rank 0 printed."""
     from dlc_airflow.runtime.metrics import parse_metric_line
 
@@ -129,7 +131,7 @@ def _predictions(uri: str) -> int:
     return sum(len(np.load(f)["predicted"]) for f in folder.glob("shard-*.npz"))
 
 
-def run(out: Path, days: int, keep: bool, cluster: bool = False) -> list[dict]:
+def run(out: Path, days: int, keep: bool, cluster: bool = False) -> list[JSONObject]:
     dag_id = CLUSTER_DAG_ID if cluster else DAG_ID
     dags = _setup(out, keep, dag_id)
     if cluster:
@@ -176,7 +178,7 @@ def run(out: Path, days: int, keep: bool, cluster: bool = False) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[JSONObject]) -> str:
     head = (f"{'interval':<12} {'resumed from':<14} {'train loss':>10} {'acc at start':>12} "
             f"{'acc epoch 1':>11} {'accuracy':>9} {'promoted':>8} {'predictions':>11} {'time':>6}")
     lines = [head, "-" * len(head)]
@@ -191,7 +193,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[JSONObject], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

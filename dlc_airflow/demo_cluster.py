@@ -17,6 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.k8s.api import Manifest
+
 NAMESPACE = "dlc-demo"
 CLAIM = "lineage"
 STATE = Path(os.environ.get("DLC_K8S_STATE") or Path.home() / ".cache" / "dlc-airflow" / "cluster")
@@ -45,8 +48,8 @@ def _runtime_image() -> str:
     return found["DLC_RUNTIME_IMAGE"]
 
 
-def _post(admin: Any, path: str, body: dict) -> None:
-    from dlc_airflow.k8s.client import Conflict
+def _post(admin: Any, path: str, body: Manifest) -> None:
+    from dlc_airflow.k8s.errors import Conflict
 
     try:
         admin.request("POST", path, body=body)
@@ -126,7 +129,7 @@ def prepare(out: Path) -> None:
     })
 
 
-def epochs(job_name: str) -> list[dict]:
+def epochs(job_name: str) -> list[JSONObject]:
     """The per-epoch metric lines rank 0 printed, from its pod's log."""
     from dlc_airflow.k8s.kinds import POD
     from dlc_airflow.naming import LABEL_JOB

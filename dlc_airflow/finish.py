@@ -1,26 +1,28 @@
 """The steps after a verdict, written once for the sync wait, the trigger and the sensor.
 
-    outcome = finish(runner, ref, verdict, pods, on_finish=OnFinish.KEEP, log=log, record=store_set,
+    outcome = finish(runner, ref, verdict, replicas, on_finish=OnFinish.KEEP, log=log, record=store_set,
                      owner_try=try_number)
 
 `finish_plan` decides (pure): stop a job that ran out of time (unless a newer try of the
 task has adopted it), settle the leftovers of one that finished (parameter servers...),
 delete it when asked. `finish` performs the plan in that order, collects what the job
 reported, records the result (task state store), and returns the Outcome the caller turns
-into a task result or failure. `outcome_of` is the one rule for that Outcome, also used
+into a task result or failure. Every backend stops the same way (the job ends, what there is
+to read stays), so `on_finish` decides alone whether a job that ran out of time is kept. `outcome_of` is the one rule for that Outcome, also used
 where a wait that ended elsewhere is read back (dlc_airflow.airflow.event).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.progress import Verdict, VerdictKind
-from dlc_airflow.runner import JobRunner, Log
+from dlc_airflow.runner import JobRunner, Log, Outputs, Replica, Settler, merge_outputs
 from dlc_airflow.status import JobState, JobStatus
 
 
@@ -38,9 +40,9 @@ class OnFinish(str, Enum):
 
 @dataclass(frozen=True)
 class FinishPlan:
-    stop: bool  # the job did not finish in time: stop it
+    stop: bool  # the job did not finish in time: stop it (unless a newer try adopted it)
     settle: bool  # it finished: stop what still runs of it
-    delete: bool  # on_finish=delete
+    delete: bool  # on_finish=delete, whether it finished or was stopped
     ok: bool  # the task succeeds
 
 
@@ -51,7 +53,7 @@ def finish_plan(verdict: Verdict, on_finish: OnFinish, owner: bool = True) -> Fi
     return FinishPlan(
         stop=owner and not finished,
         settle=owner and finished,
-        delete=owner and finished and on_finish is OnFinish.DELETE,
+        delete=owner and on_finish is OnFinish.DELETE,
         ok=succeeded(verdict),
     )
 
@@ -59,11 +61,11 @@ def finish_plan(verdict: Verdict, on_finish: OnFinish, owner: bool = True) -> Fi
 @dataclass(frozen=True)
 class Outcome:
     ok: bool
-    result: dict[str, Any]  # the task's XCom return_value
+    result: JSONObject  # the task's XCom return_value
     error: str | None  # why the task fails (None when ok)
 
 
-Record = Callable[[dict[str, Any]], None]
+Record = Callable[[JSONObject], None]
 
 
 def succeeded(verdict: Verdict) -> bool:
@@ -71,7 +73,7 @@ def succeeded(verdict: Verdict) -> bool:
     return verdict.kind is VerdictKind.FINISHED and verdict.status.state is JobState.SUCCEEDED
 
 
-def outcome_of(ref: JobRef, verdict: Verdict, outputs: dict | None) -> Outcome:
+def outcome_of(ref: JobRef, verdict: Verdict, outputs: Outputs | None) -> Outcome:
     """The task's outcome for a verdict (pure)."""
     result = job_result(ref, verdict.status, outputs)
     if succeeded(verdict):
@@ -79,19 +81,21 @@ def outcome_of(ref: JobRef, verdict: Verdict, outputs: dict | None) -> Outcome:
     return Outcome(False, result, verdict.message)
 
 
-def finish(runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict] | None, *,
+def finish(runner: JobRunner, ref: JobRef, verdict: Verdict, replicas: Sequence[Replica] | None, *,
            on_finish: OnFinish, log: Log, owner_try: int | None, record: Record | None = None) -> Outcome:
-    """`owner_try`: the try of the task that made (or adopted) the job; None for a sensor,
-    which only watches it."""
+    """`replicas`: as the wait's follower last reported them (none: the runner reads them);
+    `owner_try`: the try of the task that made (or adopted) the job; None for a sensor, which
+    only watches it."""
     from dlc_airflow.submission import stop_if_owner
 
     plan = finish_plan(verdict, on_finish, owner=owner_try is not None)
     if plan.stop and owner_try is not None:
         log.error("%s; stopping the job", verdict.message)
-        stop_if_owner(runner, ref, owner_try, log)
-    outcome = outcome_of(ref, verdict, runner.outputs(ref, pods or None))
+        if not stop_if_owner(runner, ref, owner_try, log):
+            plan = replace(plan, delete=False)  # a newer try adopted it: not ours to remove either
+    outcome = outcome_of(ref, verdict, runner.outputs(ref, replicas or None))
     result = outcome.result
-    if plan.settle:
+    if plan.settle and isinstance(runner, Settler):
         for name in runner.settle(ref):
             log.info("stopped %s: still running after the job finished", name)
     if record is not None:
@@ -107,13 +111,14 @@ def finish(runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict] | 
     return outcome
 
 
-def job_result(ref: JobRef, status: JobStatus, outputs: dict | None) -> dict[str, Any]:
-    """What a finished task returns (its XCom): where the job ran, how it went, what it reported."""
+def job_result(ref: JobRef, status: JobStatus, outputs: Outputs | None) -> JSONObject:
+    """What a finished task returns (its XCom): where the job ran, how it went, what it reported.
+    `namespace` is the job's place (a namespace, Slurm partition, DLC workspace, local job root)."""
     durations = status.durations()
-    outputs = outputs or {}
+    reported = outputs or merge_outputs([])
     return {
         "job_name": ref.name,
-        "namespace": ref.namespace,
+        "namespace": ref.place,
         "backend": ref.backend,
         "uid": ref.uid,
         "attempt": ref.attempt,
@@ -124,8 +129,8 @@ def job_result(ref: JobRef, status: JobStatus, outputs: dict | None) -> dict[str
         "queued_seconds": durations["queued_seconds"],
         "running_seconds": durations["running_seconds"],
         "roles": {role: counts.model_dump() for role, counts in status.roles.items()},
-        "metrics": outputs.get("metrics", {}),
-        "outputs": outputs.get("outputs", {}),
+        "metrics": reported["metrics"],
+        "outputs": reported["outputs"],
     }
 
 

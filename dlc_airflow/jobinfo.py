@@ -1,10 +1,7 @@
-"""What the job CLI and the report page show of a job, the same on every backend (pure).
+"""What the job CLI and the report page list of a job, the same on every backend (pure).
 
-`JobInfo` is a job as a list shows it: where it is and which task instance made it.
-`Replica` is one replica (a pod, a local process, a Slurm task) as last seen, for the
-timeline: when it started and ended, how, on which node. Each runner fills them in
-(`JobRunner.jobs`, `JobRunner.replicas`); Kubernetes-shaped pods (Kubernetes, and the DLC
-service's pods, which its runner shapes the same way) go through `replicas_from_pods`.
+`JobInfo` is a job as a list shows it: where it is and which task instance made it. Each
+runner fills it in (`JobRunner.jobs`) from the labels the job carries (naming.py).
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ from datetime import datetime
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_DAG, LABEL_MAP_INDEX, LABEL_RUN, LABEL_TASK, LABEL_TRY
-from dlc_airflow.status import parse_time
 
 
 @dataclass(frozen=True)
@@ -46,41 +42,3 @@ class JobInfo:
 def attempt_of(labels: dict[str, str]) -> int:
     value = labels.get(LABEL_ATTEMPT, "1")
     return int(value) if value.isdigit() else 1
-
-
-@dataclass(frozen=True)
-class Replica:
-    name: str  # <role>-<index>, as the task log prefixes its lines
-    role: str
-    index: int
-    state: str  # Pending, Running, Succeeded, Failed (a pod's phase; the same words elsewhere)
-    started: datetime | None = None
-    finished: datetime | None = None
-    exit_code: int | None = None
-    reason: str = ""  # why it ended (OOMKilled, Error, preempted...)
-    restarts: int = 0  # in place (a container restarted by the kubelet, a local process)
-    node: str = ""
-    uid: str = ""  # tells a replica's successive pods apart
-
-
-def replicas_from_pods(pods: list[dict]) -> list[Replica]:
-    """The replicas of Kubernetes-shaped pods, coordinator first, then by role and index."""
-    from dlc_airflow.k8s.pods import replica_name, replica_order
-
-    found = []
-    for pod in sorted(pods, key=replica_order):
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        name = replica_name(pod)
-        role, _, index = name.rpartition("-")
-        terminated = next((s.get("state", {}).get("terminated") for s in status.get("containerStatuses") or []
-                           if (s.get("state") or {}).get("terminated")), None) or {}
-        disrupted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-                        for c in status.get("conditions") or [])
-        found.append(Replica(
-            name=name, role=role or name, index=int(index) if index.isdigit() else 0,
-            state=status.get("phase") or "Pending", started=parse_time(status.get("startTime")),
-            finished=parse_time(terminated.get("finishedAt")), exit_code=terminated.get("exitCode"),
-            reason="Preempted" if disrupted else (terminated.get("reason") or ""),
-            restarts=sum(int(s.get("restartCount") or 0) for s in status.get("containerStatuses") or []),
-            node=(pod.get("spec") or {}).get("nodeName") or "", uid=meta.get("uid") or ""))
-    return found

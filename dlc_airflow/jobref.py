@@ -1,41 +1,49 @@
 """JobRef: where a submitted job lives, on any backend; enough to find it from any process.
 
+    backend   the backend's name (registry.py)
+    place     where on that backend: a Kubernetes namespace, a Slurm partition, a DLC
+              workspace, the local backend's job root
+    name      the job's name (deterministic per task instance and attempt: naming.job_name)
+    attempt   which attempt of the task's job it is
+    uid       the backend's id of the job, once known (a primary object's uid, a Slurm job
+              id, a DLC JobId, a job folder's uid)
+    detail    backend-private, JSON: only the backend that made the ref reads it (the
+              Kubernetes kinds the job is made of)
+
 It travels in XCom (`dlc_job`), in the trigger's kwargs and in the task state store, so it
-is a plain dataclass with a JSON form and no backend code behind it.
+is a plain dataclass with a JSON form and no backend code behind it. `from_dict` also reads
+the form written before the contract was neutral (`namespace`, and Kubernetes `kind` /
+`kinds` for every backend): a job started before an upgrade is still found after it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlc_airflow.k8s.kinds import ResourceKind
+from dlc_airflow.jsonvalue import JSON, JSONDict
 
 
 @dataclass(frozen=True)
 class JobRef:
-    name: str
-    namespace: str  # a Kubernetes namespace, or the local backend's job root
     backend: str
-    kind: ResourceKind  # the kind waiters watch (the primary object's)
-    kinds: tuple[ResourceKind, ...] = field(default=())  # every kind the job created
+    place: str
+    name: str
     attempt: int = 1
-    uid: str = ""  # of the primary object, once known
+    uid: str = ""
+    detail: Mapping[str, JSON] = field(default_factory=dict, hash=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "namespace": self.namespace, "backend": self.backend,
-            "attempt": self.attempt, "uid": self.uid, "kind": _kind_dict(self.kind),
-            "kinds": [_kind_dict(k) for k in self.kinds],
-        }
+    def to_dict(self) -> JSONDict:
+        return {"backend": self.backend, "place": self.place, "name": self.name, "attempt": self.attempt,
+                "uid": self.uid, "detail": dict(self.detail)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobRef:
-        return cls(name=data["name"], namespace=data["namespace"], backend=data["backend"],
-                   kind=ResourceKind(**data["kind"]), kinds=tuple(ResourceKind(**k) for k in data.get("kinds", [])),
-                   attempt=int(data.get("attempt", 1)), uid=data.get("uid", ""))
-
-
-def _kind_dict(kind: ResourceKind) -> dict[str, Any]:
-    return {"api_version": kind.api_version, "kind": kind.kind, "plural": kind.plural,
-            "namespaced": kind.namespaced}
+    def from_dict(cls, data: Mapping[str, Any]) -> JobRef:
+        detail = dict(data.get("detail") or {})
+        if "kind" in data:  # the form before the contract was neutral: the Kubernetes kinds
+            kinds = [data["kind"], *(k for k in data.get("kinds") or () if k != data["kind"])]
+            detail.setdefault("kinds", kinds)
+        return cls(backend=str(data["backend"]), place=str(data.get("place", data.get("namespace", ""))),
+                   name=str(data["name"]), attempt=int(data.get("attempt", 1)), uid=str(data.get("uid") or ""),
+                   detail=detail)

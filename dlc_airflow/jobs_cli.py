@@ -24,12 +24,16 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any
+from typing import TypeAlias
 
 from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.registry import entry, has_connection, is_folder
-from dlc_airflow.runner import JobRunner
+from dlc_airflow.runner import EventSource, JobRunner, SpecKeeper
+
+# What a command prints: a row list (a table), a document, or nothing (it said what it did).
+Result: TypeAlias = "JSONObject | list[JSONObject] | None"
 
 
 class CliError(Exception):
@@ -70,7 +74,7 @@ def find(args: argparse.Namespace, name: str) -> tuple[JobRunner, JobRef]:
 
 
 # -- commands ---------------------------------------------------------------------------------
-def cmd_list(args: argparse.Namespace) -> Any:
+def cmd_list(args: argparse.Namespace) -> Result:
     rows = []
     for runner in runners(args):
         try:
@@ -90,13 +94,13 @@ def cmd_list(args: argparse.Namespace) -> Any:
     return rows
 
 
-def _info_row(info: JobInfo) -> dict[str, Any]:
-    return {"name": info.ref.name, "backend": info.ref.backend, "namespace": info.ref.namespace,
+def _info_row(info: JobInfo) -> JSONObject:
+    return {"name": info.ref.name, "backend": info.ref.backend, "namespace": info.ref.place,
             "dag": info.dag_id, "task": info.task_id, "run": info.run_id, "try": info.try_number,
             "attempt": info.ref.attempt, "created": _time(info.created)}
 
 
-def cmd_describe(args: argparse.Namespace) -> Any:
+def cmd_describe(args: argparse.Namespace) -> Result:
     from dlc_airflow.airflow.waiting import describe_event
 
     runner, ref = find(args, args.name)
@@ -111,14 +115,14 @@ def cmd_describe(args: argparse.Namespace) -> Any:
         "replicas": [{"replica": r.name, "state": r.state, "node": r.node, "started": _time(r.started),
                       "finished": _time(r.finished), "exit_code": r.exit_code, "reason": r.reason,
                       "restarts": r.restarts} for r in runner.replicas(ref)],
-        "events": [describe_event(e) for e in runner.events(ref)],
+        "events": [describe_event(e) for e in runner.events(ref)] if isinstance(runner, EventSource) else [],
     }
 
 
-def cmd_logs(args: argparse.Namespace) -> Any:
+def cmd_logs(args: argparse.Namespace) -> Result:
     runner, ref = find(args, args.name)
     wanted = args.role + (f"-{args.replica}" if args.replica is not None else "") if args.role else None
-    positions: dict[str, Any] = {}
+    positions: JSONObject = {}
     while True:
         lines, positions = runner.logs(ref, positions)
         for replica, line in lines:
@@ -130,37 +134,37 @@ def cmd_logs(args: argparse.Namespace) -> Any:
         time.sleep(2)
 
 
-def cmd_stop(args: argparse.Namespace) -> Any:
+def cmd_stop(args: argparse.Namespace) -> Result:
     runner, ref = find(args, args.name)
     if runner.status(ref).terminal:
         print(f"job {ref.name} has already ended: nothing to stop", file=sys.stderr)
         return None
     runner.stop(ref)
-    print(f"stopped job {ref.name} ({ref.backend}, {ref.namespace})", file=sys.stderr)
+    print(f"stopped job {ref.name} ({ref.backend}, {ref.place})", file=sys.stderr)
     return None
 
 
-def cmd_delete(args: argparse.Namespace) -> Any:
+def cmd_delete(args: argparse.Namespace) -> Result:
     runner, ref = find(args, args.name)
     runner.delete(ref)
-    print(f"deleted job {ref.name} ({ref.backend}, {ref.namespace}) and what it made", file=sys.stderr)
+    print(f"deleted job {ref.name} ({ref.backend}, {ref.place}) and what it made", file=sys.stderr)
     return None
 
 
-def stored_job(runner: JobRunner, ref: JobRef) -> dict[str, Any]:
-    spec = runner.spec(ref)
+def stored_job(runner: JobRunner, ref: JobRef) -> JSONObject:
+    spec = runner.spec(ref) if isinstance(runner, SpecKeeper) else None
     if spec is None:
         raise CliError(f"job {ref.name} kept no spec ({ref.backend} backend, or a job submitted before specs "
                        "travelled with jobs): clone it from its DAG instead")
     return spec
 
 
-def cmd_clone(args: argparse.Namespace) -> Any:
+def cmd_clone(args: argparse.Namespace) -> Result:
     """Submit a job's spec again, as a new job outside Airflow (the admin's policy applies)."""
     from dlc_airflow.airflow.policy_source import load_policy
     from dlc_airflow.naming import MAX_BASE_NAME, slug
     from dlc_airflow.policy import enforce
-    from dlc_airflow.secrets import HIDDEN
+    from dlc_airflow.secrets.resolve import HIDDEN
     from dlc_airflow.spec import parse_job
 
     runner, ref = find(args, args.name)
@@ -181,8 +185,8 @@ def cmd_clone(args: argparse.Namespace) -> Any:
         policy, source = load_policy(None)
     enforce(policy, job, source)
     new, _ = runner.submit(job, name, None, 1)
-    print(f"submitted job {new.name} ({new.backend}, {new.namespace}), a clone of {ref.name}", file=sys.stderr)
-    return {"name": new.name, "backend": new.backend, "namespace": new.namespace, "uid": new.uid,
+    print(f"submitted job {new.name} ({new.backend}, {new.place}), a clone of {ref.name}", file=sys.stderr)
+    return {"name": new.name, "backend": new.backend, "namespace": new.place, "uid": new.uid,
             "cloned_from": ref.name}
 
 
@@ -191,7 +195,7 @@ def cmd_clone(args: argparse.Namespace) -> Any:
 STRING_MAPS = ("env", "labels", "annotations", "node_selector")
 
 
-def apply_setting(data: dict[str, Any], assignment: str) -> None:
+def apply_setting(data: JSONObject, assignment: str) -> None:
     """`field.path=value` into the spec dict; the value is YAML (4, 0.1, [a, b], {k: v}),
     except in env, labels, annotations and node_selector, where it stays the string written."""
     import yaml
@@ -220,7 +224,7 @@ def apply_setting(data: dict[str, Any], assignment: str) -> None:
         raise CliError(f"--set {path}: {raw!r} is not a value ({' '.join(str(exc).split())})") from None
 
 
-def cmd_script(args: argparse.Namespace) -> Any:
+def cmd_script(args: argparse.Namespace) -> Result:
     import yaml
 
     runner, ref = find(args, args.name)
@@ -233,7 +237,7 @@ def cmd_script(args: argparse.Namespace) -> Any:
     return None
 
 
-def dag_snippet(data: dict[str, Any], info: JobInfo) -> str:
+def dag_snippet(data: JSONObject, info: JobInfo) -> str:
     """A DAG file that runs the same job (the spec as submitted: templates already rendered)."""
     import pprint
 
@@ -241,10 +245,10 @@ def dag_snippet(data: dict[str, Any], info: JobInfo) -> str:
     dag_id = info.dag_id or f"{ref.name.replace('-', '_')}_dag"
     task_id = info.task_id.rsplit(".", 1)[-1] if info.task_id else "job"
     place = "local_root" if is_folder(ref.backend) else "namespace"
-    where = f'backend="{ref.backend}", {place}="{ref.namespace}"'
+    where = f'backend="{ref.backend}", {place}="{ref.place}"'
     job = pprint.pformat(data, width=100, sort_dicts=False)
     return (
-        f'"""Reproduces dlc-airflow job {ref.name} ({ref.backend}, {ref.namespace})."""\n\n'
+        f'"""Reproduces dlc-airflow job {ref.name} ({ref.backend}, {ref.place})."""\n\n'
         "from datetime import datetime, timezone\n\n"
         "from airflow.sdk import DAG\n\n"
         "from dlc_airflow.operators import DLCJobOperator\n\n"
@@ -259,7 +263,7 @@ def _time(value: datetime | None) -> str:
     return value.isoformat(timespec="seconds") if value else ""
 
 
-def emit(result: Any, output: str) -> None:
+def emit(result: Result, output: str) -> None:
     if result is None:
         return
     if output == "json":
@@ -275,7 +279,7 @@ def emit(result: Any, output: str) -> None:
         print(describe_text(result))
 
 
-def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+def table(rows: list[JSONObject], columns: list[str]) -> str:
     if not rows:
         return "no jobs"
     cells = [[str(row.get(c, "")) for c in columns] for row in rows]
@@ -285,7 +289,7 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def describe_text(data: dict[str, Any]) -> str:
+def describe_text(data: JSONObject) -> str:
     lines = [f"{k}: {v}" for k, v in data.items() if not isinstance(v, (dict, list))]
     for key, value in data.items():
         if isinstance(value, dict):
@@ -301,7 +305,7 @@ def describe_text(data: dict[str, Any]) -> str:
 
 
 # -- argparse ---------------------------------------------------------------------------------
-COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], Any], str]] = {
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], Result], str]] = {
     "list": (cmd_list, "the jobs, with their state (filter by DAG, task, run, state)"),
     "describe": (cmd_describe, "one job: roles, replicas, restarts, events and timeline"),
     "logs": (cmd_logs, "a job's logs, every replica's lines prefixed [role-index]"),
@@ -312,7 +316,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], Any], str]] = {
 }
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     jobs = sub.add_parser("jobs", help="list, inspect, stop, clone and delete jobs on any backend",
                           description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
@@ -350,7 +354,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", choices=["table", "json", "yaml"], default="table")
 
 
-def run(func: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], int]:
+def run(func: Callable[[argparse.Namespace], Result]) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
         try:
             emit(func(args), args.output)
@@ -367,10 +371,9 @@ class UserError(ValueError):
 def user_errors() -> Iterable[type[BaseException]]:
     """The exceptions of the libraries underneath that are the user's to fix: one line each."""
     from dlc_airflow.airflow.runners import NoSuchConnection
-    from dlc_airflow.backends import BackendError
-    from dlc_airflow.k8s.client import KubeError
+    from dlc_airflow.errors import BackendError, SubmitError
+    from dlc_airflow.k8s.errors import KubeError
     from dlc_airflow.policy import PolicyError
-    from dlc_airflow.runner import SubmitError
     from dlc_airflow.spec import SpecError
 
     # KubeError covers AuthError and KubeConfigError: their messages name the connection and what to do

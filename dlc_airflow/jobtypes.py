@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from dlc_airflow.jsonvalue import JSONObject
+
 
 class JobType(str, Enum):
     pytorch = "pytorch"
@@ -121,7 +123,7 @@ JOB_TYPES: dict[JobType, TypeInfo] = {
 ROLE_ORDER = ("master", "chief", "launcher", "head", "ps", "worker", "evaluator")
 
 
-def ordered_roles(roles: dict) -> list[str]:
+def ordered_roles(roles: JSONObject) -> list[str]:
     """Role names in rank order; unknown (custom) roles keep their given order at the end."""
     known = [r for r in ROLE_ORDER if r in roles]
     return known + [r for r in roles if r not in ROLE_ORDER]

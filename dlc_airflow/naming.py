@@ -13,6 +13,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from dlc_airflow.errors import BackendError
+
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "dlc-airflow"
 PREFIX = "dlc-airflow/"
@@ -127,3 +129,20 @@ def child_name(job: str, *parts: object) -> str:
     if len(name) > MAX_NAME:
         raise ValueError(f"derived name {name!r} is longer than {MAX_NAME} characters")
     return name
+
+
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def check_name(name: str, backend: str) -> None:
+    """The derived job name must be a DNS-1035 label short enough for every child name."""
+    if not isinstance(name, str) or not _DNS_1035.match(name):
+        raise BackendError(
+            f"{backend} backend: job name {name!r} must be a DNS-1035 label (lowercase letters, "
+            "digits and '-', starting with a letter); derive it with naming.job_name"
+        )
+    if len(name) > MAX_BASE_NAME:
+        raise BackendError(
+            f"{backend} backend: job name {name!r} is {len(name)} characters; at most "
+            f"{MAX_BASE_NAME} leave room for child names such as <name>-worker-0"
+        )

@@ -13,8 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
+
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.runner import JobRunner, OnStatus, Replica
+from dlc_airflow.status import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -128,3 +132,71 @@ class SharedPoller(Generic[K, In]):
             except Exception:  # a wait must survive anything one poll meets
                 log.exception("%s: poll failed", self.name)
         self.on_idle()
+
+
+D = TypeVar("D")
+Observed = tuple[JobStatus, Sequence[Replica]]
+
+
+class PolledFollower(Generic[K, D]):
+    """A job's status changes from its backend's shared poller (the Follower of the watch-less
+    backends). `job_id()` is the poller's key for the job (None: it has none, it is gone);
+    `observe(data)` what the poller delivered (None: the job is no longer listed) as a status
+    and replicas. Only changes are reported."""
+
+    def __init__(self, poller: Callable[[], SharedPoller[K, Any]], job_id: Callable[[], K | None],
+                 observe: Callable[[D | None], Observed]) -> None:
+        self._poller, self._job_id, self._observe = poller, job_id, observe
+        self._unsubscribe: Callable[[], None] | None = None
+        self._last: Observed | None = None
+        self._lock = threading.Lock()
+
+    def start(self, on_status: OnStatus) -> None:
+        key = self._job_id()
+        if key is None:
+            on_status(*self._observe(None))
+            return
+
+        def receive(data: D | None) -> None:
+            current = self._observe(data)
+            with self._lock:
+                if current == self._last:
+                    return
+                self._last = current
+            on_status(*current)
+
+        self._unsubscribe = self._poller().subscribe(key, receive)
+
+    def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+
+class StatusFollower:
+    """A job's status changes, asking its runner every `interval` seconds in a thread of its
+    own: for jobs whose state is cheap to read on this host (the local backend's job folder).
+    Reports the job's replicas with each change."""
+
+    def __init__(self, runner: JobRunner, ref: JobRef, interval: float) -> None:
+        self.runner, self.ref, self.interval = runner, ref, interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, on_status: OnStatus) -> None:
+        def poll() -> None:
+            last = None
+            while not self._stop.is_set():
+                status = self.runner.status(self.ref)
+                if status != last:
+                    on_status(status, self.runner.replicas(self.ref))
+                    last = status
+                self._stop.wait(self.interval)
+
+        self._thread = threading.Thread(target=poll, daemon=True, name=f"dlc-follow-{self.ref.name}")
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(2)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dlc_airflow import __version__
+from dlc_airflow.jsonvalue import JSONObject
 
 
-def get_provider_info() -> dict:
+def get_provider_info() -> JSONObject:
     return {
         "package-name": "dlc-airflow",
         "name": "DLC jobs on Kubernetes",

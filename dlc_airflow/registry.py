@@ -1,24 +1,34 @@
-"""Every backend by name: its pure half (the job types it runs, `check`) and its runner.
+"""Every backend by name, once: its pure half, its typed runner factory, and what the code
+around it needs to know (`Entry`). Nothing outside a backend's package tests a backend's
+name: it asks here.
 
-The Kubernetes backends live in dlc_airflow.backends; the others in their own packages,
-imported only when used, so a DAG file that names one backend loads nothing of the rest.
-A backend's pure half answers `name`, `job_types` and `check(job)` (BackendError naming
-what it cannot run and what to use instead).
+The Kubernetes backends live in dlc_airflow.k8s; the others in their own packages, imported
+only when used, so a DAG file that names one backend loads nothing of the rest. A backend's
+pure half answers `name`, `job_types`, `check(job)` (BackendError naming what it cannot run;
+`check` here adds the backends that run it) and `preview(job, name)` (what `dlc-airflow
+render` prints: what would be submitted). Its runner factory takes a `Reach` (the
+connection, the place, the local job root) and returns a JobRunner: mypy checks each one
+against the contract.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
-from dlc_airflow.backends import BACKENDS as KUBERNETES_BACKENDS
-from dlc_airflow.backends import BackendError, get_backend
+from dlc_airflow.errors import BackendError, UnsupportedType
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends import BACKENDS as KUBERNETES_BACKENDS
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.runner import JobRunner, Reach, RunnerFactory
 from dlc_airflow.spec import DLCJob
 
 LOCAL = "local"
+# what a task without backend= gets: on a cluster, and where no cluster is configured
+CLUSTER_DEFAULT = "native"
+NO_CLUSTER_DEFAULT = LOCAL
 
 
 class PureBackend(Protocol):
@@ -26,6 +36,10 @@ class PureBackend(Protocol):
     job_types: ClassVar[frozenset[JobType]]
 
     def check(self, job: DLCJob) -> None: ...
+
+    def preview(self, job: DLCJob, name: str) -> list[Any]:
+        """What would be submitted for `job` as `name`, as YAML documents (Kubernetes objects,
+        a Slurm batch script and job request, a DLC CreateJob request): `dlc-airflow render`."""
 
 
 # The pure halves of the backends that are not on Kubernetes, imported when first asked for.
@@ -47,12 +61,41 @@ def _slurm() -> PureBackend:
     return SlurmBackend()
 
 
+# Their runner factories, imported when first used (typed: mypy checks each runner).
+def _kubernetes_runner(name: str) -> RunnerFactory:
+    def make(reach: Reach) -> JobRunner:
+        from dlc_airflow.k8s.runner import make_runner
+
+        return make_runner(name, reach)
+
+    return make
+
+
+def _local_runner(reach: Reach) -> JobRunner:
+    from dlc_airflow.local.runner import make_runner
+
+    return make_runner(reach)
+
+
+def _pai_runner(reach: Reach) -> JobRunner:
+    from dlc_airflow.pai.runner import make_runner
+
+    return make_runner(reach)
+
+
+def _slurm_runner(reach: Reach) -> JobRunner:
+    from dlc_airflow.slurm.runner import make_runner
+
+    return make_runner(reach)
+
+
 @dataclass(frozen=True)
 class Entry:
     """What the code around a backend needs to know of it, by name."""
 
     name: str
     pure: Callable[[], PureBackend]
+    runner: RunnerFactory
     kubernetes: bool = False
     # reaches its jobs through an Airflow connection (all but local, whose jobs are
     # processes of this host)
@@ -62,17 +105,19 @@ class Entry:
     # the connection id used when a task or the jobs CLI names none (the pai and slurm
     # packages define theirs; tests/unit/test_registry.py checks they agree)
     default_conn_id: str = DEFAULT_CONN_ID
+    note: str = ""  # said after its name where the registry suggests it ("default", "KubeRay")
 
 
 def _kubernetes(name: str) -> Entry:
-    return Entry(name, lambda: get_backend(name), kubernetes=True)
+    note = {CLUSTER_DEFAULT: "default", "ray": "KubeRay"}.get(name, "")
+    return Entry(name, lambda: get_backend(name), _kubernetes_runner(name), kubernetes=True, note=note)
 
 
 ENTRIES: dict[str, Entry] = {
     **{name: _kubernetes(name) for name in KUBERNETES_BACKENDS},
-    LOCAL: Entry(LOCAL, _local, connection=False, folder=True, default_conn_id=""),
-    "pai": Entry("pai", _pai, default_conn_id="pai_default"),
-    "slurm": Entry("slurm", _slurm, default_conn_id="slurm_default"),
+    LOCAL: Entry(LOCAL, _local, _local_runner, connection=False, folder=True, default_conn_id=""),
+    "pai": Entry("pai", _pai, _pai_runner, default_conn_id="pai_default"),
+    "slurm": Entry("slurm", _slurm, _slurm_runner, default_conn_id="slurm_default"),
 }
 ALL_BACKENDS: tuple[str, ...] = tuple(ENTRIES)
 
@@ -116,3 +161,22 @@ def backends_running(job_type: JobType | str) -> list[str]:
     """Names of the backends whose `job_types` include `job_type`, in registry order."""
     wanted = JobType(job_type)
     return [name for name in ALL_BACKENDS if wanted in pure_backend(name).job_types]
+
+
+def check(name: str, job: DLCJob) -> None:
+    """Whether backend `name` can run `job`: BackendError naming what it cannot, and (for a
+    type it does not run) the backends that do."""
+    try:
+        pure_backend(check_backend_name(name)).check(job)
+    except UnsupportedType as exc:
+        raise exc.naming(suggest(exc.job_type, name)) from None
+
+
+def suggest(job_type: str, current: str) -> str:
+    """'use backend=...' naming the other backends that run `job_type` (their `job_types`)."""
+    names = [b for b in backends_running(job_type) if b != current]
+    if not names:
+        return "no backend runs it"
+    quoted = [f"'{b}'" + (f" ({ENTRIES[b].note})" if ENTRIES[b].note else "") for b in names]
+    listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    return f"use backend={listed}"

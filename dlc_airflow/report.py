@@ -12,37 +12,37 @@ The UI (dlc_airflow/ui) and `dlc-airflow jobs describe` render these; nothing he
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from dlc_airflow.airflow.waiting import event_time
-from dlc_airflow.jobinfo import JobInfo, Replica
-from dlc_airflow.runner import JobRunner
+from dlc_airflow.jobinfo import JobInfo
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.runner import Event, EventSource, JobRunner, LogLine, LogPositions, Outputs, Replica
 from dlc_airflow.status import JobStatus
 
 MAX_LOG_LINES = 20_000  # read for the metric curves; a report never needs more
 MAX_POINTS = 2_000  # per metric, evenly thinned beyond that (the chart has a few hundred pixels)
 
 
-def job_report(runner: JobRunner, info: JobInfo) -> dict[str, Any]:
+def job_report(runner: JobRunner, info: JobInfo) -> JSONObject:
     """Everything the report shows of one job (I/O through the runner)."""
     ref = info.ref
     status = runner.status(ref)
-    lines: list[tuple[str, str]] = []
-    positions: dict[str, Any] = {}
+    lines: list[LogLine] = []
+    positions: LogPositions = {}
     while len(lines) < MAX_LOG_LINES:
         new, positions = runner.logs(ref, positions)
         if not new:
             break
         lines.extend(new)
-    return build_report(info, status, runner.replicas(ref), runner.events(ref), lines, runner.outputs(ref))
+    events = runner.events(ref) if isinstance(runner, EventSource) else []
+    return build_report(info, status, runner.replicas(ref), events, lines, runner.outputs(ref))
 
 
-def build_report(info: JobInfo, status: JobStatus, replicas: list[Replica], events: list[dict],
-                 log_lines: list[tuple[str, str]], outputs: dict[str, Any]) -> dict[str, Any]:
+def build_report(info: JobInfo, status: JobStatus, replicas: list[Replica], events: list[Event],
+                 log_lines: list[LogLine], outputs: Outputs) -> JSONObject:
     ref = info.ref
     return {
         "job": {
-            "name": ref.name, "backend": ref.backend, "namespace": ref.namespace, "uid": ref.uid,
+            "name": ref.name, "backend": ref.backend, "namespace": ref.place, "uid": ref.uid,
             "attempt": ref.attempt, "dag_id": info.dag_id, "task_id": info.task_id, "run_id": info.run_id,
             "map_index": info.map_index, "try": info.try_number, "state": status.state.value,
             "reason": status.reason, "message": status.message, "restarts": status.restarts,
@@ -52,19 +52,19 @@ def build_report(info: JobInfo, status: JobStatus, replicas: list[Replica], even
         "roles": {role: counts.model_dump() for role, counts in status.roles.items()},
         "replicas": [replica_row(r) for r in replicas],
         "restarts": restart_rows(replicas, status),
-        "events": [event_row(e) for e in sorted(events, key=event_time)],
+        "events": [event_row(e) for e in sorted(events, key=lambda e: e.time)],
         "metrics": {"series": metric_series(log_lines), "final": dict(outputs.get("metrics") or {})},
         "outputs": dict(outputs.get("outputs") or {}),
     }
 
 
-def replica_row(replica: Replica) -> dict[str, Any]:
+def replica_row(replica: Replica) -> JSONObject:
     return {"name": replica.name, "role": replica.role, "index": replica.index, "state": replica.state,
             "started": _iso(replica.started), "finished": _iso(replica.finished), "exit_code": replica.exit_code,
             "reason": replica.reason, "restarts": replica.restarts, "node": replica.node}
 
 
-def restart_rows(replicas: list[Replica], status: JobStatus) -> list[dict[str, Any]]:
+def restart_rows(replicas: list[Replica], status: JobStatus) -> list[JSONObject]:
     """What failed or was restarted, and why: each replica that failed or restarted in place, and
     the job's own verdict when it restarted or failed (Kueue preemptions included)."""
     rows = []
@@ -79,20 +79,18 @@ def restart_rows(replicas: list[Replica], status: JobStatus) -> list[dict[str, A
     return rows
 
 
-def event_row(event: dict) -> dict[str, Any]:
-    obj = event.get("involvedObject") or {}
-    return {"time": event_time(event), "type": event.get("type", ""), "reason": event.get("reason", ""),
-            "object": f"{obj.get('kind', '')} {obj.get('name', '')}".strip(),
-            "message": (event.get("message") or "").strip(), "count": event.get("count") or 1}
+def event_row(event: Event) -> JSONObject:
+    return {"time": event.time, "type": "Warning" if event.warning else "Normal", "reason": event.reason,
+            "object": event.object, "message": event.message, "count": event.count}
 
 
-def metric_series(lines: list[tuple[str, str]]) -> dict[str, list[list[float]]]:
+def metric_series(lines: list[LogLine]) -> dict[str, list[list[float]]]:
     """{metric: [[step, value], ...]} from the `DLC_METRICS` lines of the coordinator replica (the
     first replica that printed any: rank 0 reports, as the runtime's outputs do). Lines without a
     step are numbered in order; values that are not numbers are left out."""
     from dlc_airflow.runtime.metrics import parse_metric_line
 
-    by_replica: dict[str, list[dict[str, Any]]] = {}
+    by_replica: dict[str, list[JSONObject]] = {}
     for replica, line in lines:
         record = parse_metric_line(line)
         if record is not None:
@@ -110,7 +108,7 @@ def metric_series(lines: list[tuple[str, str]]) -> dict[str, list[list[float]]]:
     return {k: _thin(v) for k, v in series.items()}
 
 
-def lineage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def lineage_rows(manifest: JSONObject) -> list[JSONObject]:
     """The lineage table, oldest interval first: what each interval resumed from, the checkpoint
     it made, its metrics, and whether it was promoted."""
     promoted = {p.get("interval") for p in manifest.get("promotions") or []}

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from dlc_airflow.jsonvalue import JSONObject
+
 
 class JobState(str, Enum):
     PENDING = "PENDING"  # created, nothing scheduled yet
@@ -83,9 +85,10 @@ def parse_time(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
-def condition(obj: dict, ctype: str) -> dict | None:
+def condition(obj: JSONObject, ctype: str) -> JSONObject | None:
     """The condition of type `ctype` with status True, if any."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == ctype and cond.get("status") == "True":
-            return cond
+            found: JSONObject = cond
+            return found
     return None

@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import TaskIdentity, job_name
 from dlc_airflow.runner import JobRunner, Log
 from dlc_airflow.spec import DLCJob
@@ -40,11 +40,11 @@ class Submission:
     action: Action
     ref: JobRef | None  # None only for RECORDED
     status: JobStatus | None
-    recorded_result: dict[str, Any] | None = None
+    recorded_result: JSONObject | None = None
 
 
 def submit_or_adopt(runner: JobRunner, job: DLCJob, identity: TaskIdentity, *, base_name: str,
-                    reuse_succeeded: bool = True, recorded: dict[str, Any] | None = None,
+                    reuse_succeeded: bool = True, recorded: JSONObject | None = None,
                     log: Log | None = None) -> Submission:
     """See the module docstring. `recorded` is the task state store's entry for the job
     ({JobRef fields, "state", "result"?}); SubmitError / OwnershipError propagate."""
@@ -74,7 +74,7 @@ def submit_or_adopt(runner: JobRunner, job: DLCJob, identity: TaskIdentity, *, b
     name = job_name(base_name, identity, attempt)
     ref, created = runner.submit(job, name, identity, attempt)
     _claim(runner, ref, identity, log)
-    log.info("%s job %s (attempt %d) in %s", "submitted" if created else "adopted", ref.name, attempt, ref.namespace)
+    log.info("%s job %s (attempt %d) in %s", "submitted" if created else "adopted", ref.name, attempt, ref.place)
     return Submission(Action.SUBMITTED if created else Action.ADOPTED, ref, runner.status(ref))
 
 

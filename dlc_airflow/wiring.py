@@ -16,16 +16,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
 from dlc_airflow.jobtypes import JobType, ordered_roles
-from dlc_airflow.secrets import Source
-
-if TYPE_CHECKING:  # spec.py uses the wiring (reserved paths); the wiring only reads specs
-    from dlc_airflow.spec import DLCJob
-
-MPI_HOSTFILE = "/etc/mpi/hostfile"
-DEEPSPEED_HOSTFILE = "/etc/deepspeed/hostfile"
+from dlc_airflow.spec.envsource import Source
+from dlc_airflow.spec.models import DLCJob, hostfile_spec
 
 # Every variable the wiring may set (by name or prefix). A replica's inherited environment
 # loses these first (the local backend): a job started from inside another job's replica
@@ -44,29 +39,6 @@ WIRED_PREFIXES = ("DLC_", "PET_", "OMPI_MCA_", "TORCHELASTIC_")
 def is_wired(name: str) -> bool:
     """Whether the wiring owns the variable `name` (see WIRED_NAMES)."""
     return name in WIRED_NAMES or name.startswith(WIRED_PREFIXES)
-
-
-@dataclass(frozen=True)
-class Hostfile:
-    """Where a job's MPI / DeepSpeed hostfile goes and how many slots each worker has."""
-
-    path: str
-    slots: int
-
-
-def hostfile_spec(job: DLCJob) -> Hostfile | None:
-    """The job's hostfile, for the types that launch over MPI; None for the others.
-
-    The one place that decides hostfile presence and slots: every backend asks here.
-    DeepSpeed / Megatron with launcher="mpi" run one process per GPU, so a worker's slots
-    are nproc_per_node unless slots_per_worker is given.
-    """
-    if job.type is JobType.mpi:
-        return Hostfile(MPI_HOSTFILE, job.slots_per_worker)
-    if job.type in (JobType.deepspeed, JobType.megatron) and job.launcher == "mpi":
-        slots = job.slots_per_worker if "slots_per_worker" in job.model_fields_set else job.nproc_per_node
-        return Hostfile(DEEPSPEED_HOSTFILE, slots)
-    return None
 
 
 @dataclass(frozen=True)
@@ -133,17 +105,14 @@ PodValue = Union[str, "IndexExpr", Source]
 
 def role_env(
     job: DLCJob, name: str, role: str, addr: Addressing | None, framework: bool = True,
-    secret_refs: bool = True,
 ) -> dict[str, PodValue]:
     """Every variable a replica of `role` gets, index-dependent ones as IndexExpr.
 
     `framework=False` leaves out the framework wiring (MASTER_ADDR, TF_CONFIG, hostfile env...)
     for backends whose operator injects it itself (Kubeflow, Trainer, KubeRay); `addr` is then
-    not used and may be None. With `secret_refs` (Kubernetes), the user's secret values are
-    references to Secrets (dlc_airflow.secrets.pod_env); without, the spec's values as they are.
+    not used and may be None. The user's env comes last, as the spec has it (references
+    included: a Kubernetes pod turns them into Secret references, jobsecret.pod_env).
     """
-    from dlc_airflow.secrets import pod_env
-
     env: dict[str, PodValue] = dict(job.type_info.preset_env)
     env.update(
         {
@@ -160,7 +129,7 @@ def role_env(
             raise ValueError("role_env: framework wiring needs an Addressing")
         env.update(_framework_env(job, name, role, addr))
     # The user's env wins over ours: they may know better (e.g. a fixed MASTER_PORT).
-    env.update(pod_env(job, name, role) if secret_refs else job.role_env(role))
+    env.update(job.role_env(role))
     return env
 
 
@@ -180,9 +149,9 @@ def checkpoint_env(job: DLCJob) -> dict[str, str]:
 
 def replica_env(job: DLCJob, name: str, role: str, index: int, addr: Addressing) -> dict[str, str]:
     """The concrete env of replica `index` of `role` (what the local backend runs with: the
-    job's secret values are in place already, dlc_airflow.secrets.with_values)."""
+    job's secret values are in place already, dlc_airflow.secrets.resolve.with_values)."""
     out = {}
-    for key, value in role_env(job, name, role, addr, secret_refs=False).items():
+    for key, value in role_env(job, name, role, addr).items():
         if isinstance(value, IndexExpr):
             value = value.at(index)
         if not isinstance(value, str):

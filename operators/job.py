@@ -1,11 +1,16 @@
-"""DLCJobOperator: submit a DLC job (or adopt the one this task already made) and wait on it."""
+"""DLCJobOperator: submit a DLC job (or adopt the one this task already made) and wait on it.
+
+The Airflow concerns only: the arguments (checked at parse time), where the task runs (a
+worker, a deferral, or the triggerer from the start), the XComs, the task state store, asset
+events, OpenLineage and on_kill. The job's life is dlc_airflow.airflow.lifecycle's (start,
+publication), the wait's (dlc_airflow.airflow.waiting, the trigger) and finish's.
+"""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,21 +18,21 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowTaskTimeout
 
-from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, STATE_KEY, XCOM_REF
+from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, XCOM_REF
 from dlc_airflow.airflow.links import LINKS
 from dlc_airflow.finish import OnFinish
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.spec import DLCJob, SpecError, load_job, parse_job
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.spec import DLCJob, SpecError, parse_job
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from dlc_airflow.airflow.notify import Notifications
-    from dlc_airflow.naming import TaskIdentity
+    from dlc_airflow.finish import Outcome
     from dlc_airflow.progress import Verdict
-    from dlc_airflow.runner import JobRunner
+    from dlc_airflow.runner import JobRunner, Replica
     from dlc_airflow.status import JobStatus
-
 
 
 def _default_deferrable() -> bool:
@@ -41,19 +46,21 @@ class DLCJobOperator(BaseOperator):
 
     :param job: a DLCJob, a dict of its fields, or the path of a YAML/JSON spec (relative
         paths are looked up next to the DAG file). String fields may be Jinja templates.
-    :param backend: native (default with a cluster), kubeflow, trainer, jobset, ray, or local
-        (the default when no cluster is configured).
-    :param namespace: Kubernetes namespace (default: the connection's, else the kubeconfig's).
-    :param conn_id: the cncf.kubernetes connection (default: kubernetes_default when it
-        exists). A conn_id that does not exist fails the task; without backend= and without
-        any cluster configured, jobs run on the local backend (the task log says why).
+    :param backend: native (default with a cluster), kubeflow, trainer, jobset, ray, slurm,
+        pai, or local (the default when no cluster is configured).
+    :param namespace: Kubernetes namespace (default: the connection's, else the kubeconfig's);
+        the Slurm partition, the DLC workspace on those backends.
+    :param conn_id: the connection (default: kubernetes_default when it exists). A conn_id
+        that does not exist fails the task; without backend= and without any cluster
+        configured, jobs run on the local backend (the task log says why).
     :param wait_for_completion: wait for the job to finish (else return once it is submitted).
     :param deferrable: wait in the triggerer (default: [operators] default_deferrable).
-    :param stream_logs: copy the job's pod logs and Kubernetes Events into the task log.
+    :param stream_logs: copy the job's logs and events into the task log.
     :param queue_timeout: fail (and stop the job) if it is not running after this long
         (seconds, timedelta or '30m'), with the scheduler's reason.
     :param timeout: fail (and stop the job) if it has not finished after this long.
-    :param on_finish: keep (default) or delete the job's objects once the task has its result.
+    :param on_finish: keep (default) or delete the job once the task has its result (also
+        after `timeout` stopped it).
     :param reuse_succeeded: on a retry, take the result of this task's succeeded job instead
         of running it again (a cleared task always runs anew).
     :param notify: Airflow notifiers (BaseNotifier) told when the job starts running, restarts,
@@ -65,7 +72,7 @@ class DLCJobOperator(BaseOperator):
     template_fields_renderers = {"job": "json"}
     ui_color = "#dbe9f6"
 
-    def __init__(self, *, job: DLCJob | dict | str, backend: str | None = None, namespace: str | None = None,
+    def __init__(self, *, job: DLCJob | JSONObject | str, backend: str | None = None, namespace: str | None = None,
                  conn_id: str | None = None, wait_for_completion: bool = True,
                  deferrable: bool | None = None, stream_logs: bool = True,
                  queue_timeout: int | float | timedelta | str | None = None,
@@ -73,6 +80,9 @@ class DLCJobOperator(BaseOperator):
                  reuse_succeeded: bool = True, local_root: str | None = None,
                  notify: Sequence[Any] | None = None, start_in_triggerer: bool = True, **kwargs: Any) -> None:
         from dlc_airflow import arguments as arg
+        from dlc_airflow.airflow.notify import carry_all
+        from dlc_airflow.registry import check
+        from dlc_airflow.spec.load import job_from
 
         super().__init__(**kwargs)
         # every argument is checked here, at DAG parse time: one line naming it, nothing submitted
@@ -89,25 +99,29 @@ class DLCJobOperator(BaseOperator):
         self.on_finish = OnFinish.parse(on_finish, tid).value  # a plain str: it is serialized
         self.reuse_succeeded = arg.flag(reuse_succeeded, "reuse_succeeded", tid)
         self.local_root = arg.local_root(local_root, tid)
-        self.notify = _carry_notifiers(notify, tid)
+        self.notify = carry_all(notify, tid)
         self.start_in_triggerer = arg.flag(start_in_triggerer, "start_in_triggerer", tid)
-        _check_consistent(self, explicit_deferrable)
-        spec = _load(job, self)
+        arg.consistent(tid, wait_for_completion=self.wait_for_completion, deferrable=explicit_deferrable,
+                       on_finish_delete=self.on_finish == OnFinish.DELETE.value, timeout=self.timeout,
+                       queue_timeout=self.queue_timeout)
+        dag_file = self.dag.fileloc if self.has_dag() and isinstance(job, (str, os.PathLike)) else None
+        spec = job_from(job, Path(dag_file).parent if dag_file else Path.cwd(), f"job of task {tid}")
         self.job = spec.to_dict()
-        self._check_backend(spec)
+        if self.backend is not None:
+            check(self.backend, spec)  # BackendError names the backend or the type, and what to use instead
         self._start_in_triggerer_if_it_can(spec)
+        # set by execute: the job, its runner, the try, what the trigger masks (references only)
         self._ref: JobRef | None = None
         self._runner: JobRunner | None = None
         self._try = 0
-        self._trigger_secrets: dict | None = None  # references (never values of Airflow sources)
+        self._conn = conn_id or DEFAULT_CONN_ID
+        self._extras: JSONObject | None = None
+        self._trigger_secrets: JSONObject | None = None
         self._notifications: Notifications | None = None
         # the finished job's result, kept for OpenLineage (its listener reads no XCom: it may run
         # in a forked process, where the task's channel to Airflow is not to be used)
-        self._result: dict | None = None
-        self._conn = conn_id or DEFAULT_CONN_ID  # the connection execute() chose
-        self._extras: dict | None = None  # its extras (None on the local backend), read once
+        self._result: JSONObject | None = None
 
-    # -- start_from_trigger --------------------------------------------------------------
     def _start_in_triggerer_if_it_can(self, spec: DLCJob) -> None:
         """A task that needs nothing only a worker can do starts in the triggerer: the trigger
         submits (or adopts) the job, waits, and ends the task; no worker slot at all. That is a
@@ -120,17 +134,16 @@ class DLCJobOperator(BaseOperator):
         from airflow.triggers.base import StartTriggerArgs
 
         from dlc_airflow.airflow.lineage import lineage_listener_on
+        from dlc_airflow.airflow.start import backstop
+        from dlc_airflow.spec.fields import templated_anywhere
 
         if not (self.deferrable and self.wait_for_completion and self.start_in_triggerer) or self.outlets \
-                or lineage_listener_on():
+                or lineage_listener_on() or templated_anywhere(self.job) or templated_anywhere(self.namespace):
             return
-        if _templated(self.job) or _templated(self.namespace):
-            return
-        backstop = timedelta(seconds=self.timeout + 300) if self.timeout else None
         self.start_from_trigger = True
         self.start_trigger_args = StartTriggerArgs(
             trigger_cls="dlc_airflow.airflow.trigger.DLCJobTrigger", next_method="execute_complete",
-            timeout=backstop, trigger_kwargs={
+            timeout=backstop(self.timeout), trigger_kwargs={
                 "conn_id": self.conn_id or DEFAULT_CONN_ID, "namespace": self.namespace,
                 "local_root": self.local_root, "queue_timeout": self.queue_timeout, "timeout": self.timeout,
                 "stream_logs": self.stream_logs, "on_finish": self.on_finish, "end_from_trigger": True,
@@ -138,29 +151,33 @@ class DLCJobOperator(BaseOperator):
                 "start": {"job": self.job, "backend": self.backend, "conn_id": self.conn_id,
                           "base_name": spec.name or self.task_id, "reuse_succeeded": self.reuse_succeeded}})
 
-    # -- parse-time checks ---------------------------------------------------------------
-    def _check_backend(self, spec: DLCJob) -> None:
-        from dlc_airflow.registry import check_backend_name, pure_backend
-
-        if self.backend is not None:
-            # BackendError names the backend or the type, and what to use instead
-            pure_backend(check_backend_name(self.backend)).check(spec)
-
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        from dlc_airflow.airflow.lifecycle import StartRequest, identity_of, start
+        from dlc_airflow.airflow.lifecycle import (
+            StartRequest,
+            TaskState,
+            base_url,
+            failing_for_good,
+            identity_of,
+            publication,
+            start,
+        )
+        from dlc_airflow.airflow.notify import Notifications
         from dlc_airflow.airflow.runners import make_runner
         from dlc_airflow.submission import Action
 
-        job = self._rendered_job()
-        identity = identity_of(context["ti"], context.get("dag_run"))
+        try:
+            job = parse_job(self.job, source=f"job of task {self.task_id}")
+        except SpecError as exc:  # a template rendered into something invalid: no retry helps
+            raise AirflowFailException(str(exc)) from None
+        ti, state = context["ti"], TaskState(context.get("task_state_store"))
+        identity = identity_of(ti, context.get("dag_run"))
         self._try = identity.try_number
-        store = context.get("task_state_store")
         request = StartRequest(job=job, identity=identity, backend=self.backend, conn_id=self.conn_id,
                                namespace=self.namespace, local_root=self.local_root,
                                base_name=job.name or self.task_id, reuse_succeeded=self.reuse_succeeded,
-                               recorded=_get(store, STATE_KEY))
-        with _user_errors():
+                               recorded=state.recorded())
+        with failing_for_good():
             started = start(request, self.log, make=make_runner)
         self._runner = runner = started.runner
         self._conn, self._extras, self._trigger_secrets = started.conn_id, started.extras, started.secrets
@@ -170,9 +187,13 @@ class DLCJobOperator(BaseOperator):
         ref, status = submission.ref, submission.status
         assert ref is not None and status is not None
         self._ref = ref
-        _set(store, STATE_KEY, {**ref.to_dict(), "state": "SUBMITTED"})
+        state.record({**ref.to_dict(), "state": "SUBMITTED"})
         try:
-            self._publish(context["ti"], ref, identity)
+            # where the job is (for sensors, the UI and other tasks) and the extra links' URLs, at once
+            published = publication(ref, identity, self._conn, self.local_root, self._extras, base_url())
+            for key, value in published.xcoms.items():
+                ti.xcom_push(key=key, value=value)
+            self._notifications = Notifications(self.notify, published.where) if self.notify else None
             return self._wait(context, runner, ref, status)
         except JobDidNotSucceed:
             raise
@@ -181,18 +202,8 @@ class DLCJobOperator(BaseOperator):
             self._stop_after_error(runner, ref)
             raise
 
-    def _publish(self, ti: Any, ref: JobRef, identity: TaskIdentity) -> None:
-        """Where the job is (XCom dlc_job: for sensors, the UI and other tasks) and the extra
-        links' URLs, as soon as the job exists."""
-        from dlc_airflow.airflow.lifecycle import base_url, publication
-        from dlc_airflow.airflow.notify import Notifications
-
-        published = publication(ref, identity, self._conn, self.local_root, self._extras, base_url())
-        for key, value in published.xcoms.items():
-            ti.xcom_push(key=key, value=value)
-        self._notifications = Notifications(self.notify, published.where) if self.notify else None
-
     def _wait(self, context: Context, runner: JobRunner, ref: JobRef, status: JobStatus) -> Any:
+        from dlc_airflow.airflow.lifecycle import failing_for_good
         from dlc_airflow.airflow.waiting import wait_sync
         from dlc_airflow.finish import job_result
         from dlc_airflow.progress import terminal_verdict
@@ -201,50 +212,18 @@ class DLCJobOperator(BaseOperator):
             return self._finish(context, runner, ref, terminal_verdict(ref.name, status), [])
         if not self.wait_for_completion:
             self.log.info("not waiting for job %s (wait_for_completion=False)", ref.name)
-            return job_result(ref, status, {})
+            return job_result(ref, status, None)
         if self.deferrable:
             self._defer(ref)
-        with _user_errors():
-            verdict, pods = wait_sync(runner, ref, self.log, queue_timeout=self.queue_timeout,
-                                      timeout=self.timeout, stream_logs=self.stream_logs,
-                                      on_change=self._notifications.on_change if self._notifications else None)
-        return self._finish(context, runner, ref, verdict, pods)
-
-    def _finish(self, context: Context, runner: JobRunner, ref: JobRef, verdict: Verdict, pods: list[dict]) -> Any:
-        from dlc_airflow.finish import finish
-
-        outcome = finish(runner, ref, verdict, pods, on_finish=OnFinish(self.on_finish), log=self.log,
-                         record=self._recorder(context), owner_try=self._try)
-        if self._notifications is not None:
-            self._notifications.final(outcome.ok, verdict.status, outcome.error)
-        self._result = outcome.result
-        if outcome.ok:
-            self._announce(context, outcome.result)
-        return _result(outcome.ok, outcome.result, outcome.error)
-
-    def _announce(self, context: Context, result: dict) -> None:
-        """An asset event per Asset in `outlets`, saying which job made it and what it reported."""
-        from airflow.sdk import Asset
-
-        events = context.get("outlet_events")
-        if events is None:
-            return
-        start, end = context.get("data_interval_start"), context.get("data_interval_end")
-        extra = {"job": result["job_name"], "backend": result["backend"], "namespace": result["namespace"],
-                 "outputs": result["outputs"], "metrics": result["metrics"],
-                 "interval": [start.isoformat(), end.isoformat()] if start and end else None}
-        for outlet in self.outlets:
-            if isinstance(outlet, Asset):
-                events[outlet].extra = extra
-
-    def _ends_in_triggerer(self) -> bool:
-        """A task the trigger ends never comes back to a worker: no asset events then, and no
-        lineage listener (OpenLineage) runs. Such tasks resume on a worker for their last step."""
-        from dlc_airflow.airflow.lineage import lineage_listener_on
-
-        return not self.outlets and not lineage_listener_on()
+        with failing_for_good():
+            verdict, replicas = wait_sync(runner, ref, self.log, queue_timeout=self.queue_timeout,
+                                          timeout=self.timeout, stream_logs=self.stream_logs,
+                                          on_change=self._notifications.on_change if self._notifications else None)
+        return self._finish(context, runner, ref, verdict, replicas)
 
     def _defer(self, ref: JobRef) -> None:
+        from dlc_airflow.airflow.lineage import lineage_listener_on
+        from dlc_airflow.airflow.start import backstop
         from dlc_airflow.airflow.trigger import DLCJobTrigger
 
         now = time.time()
@@ -252,17 +231,30 @@ class DLCJobOperator(BaseOperator):
             ref=ref.to_dict(), conn_id=self._conn, namespace=self.namespace, local_root=self.local_root,
             deadline=now + self.timeout if self.timeout else None, queue_timeout=self.queue_timeout,
             queued_since=now, stream_logs=self.stream_logs, on_finish=self.on_finish,
-            end_from_trigger=self._ends_in_triggerer(), try_number=self._try, secrets=self._trigger_secrets,
-            notify=self._notifications.to_dict() if self._notifications else None,
+            # the trigger ends the task itself, unless the task has a last step on a worker (asset
+            # events, the lineage listener: Airflow runs both only there)
+            end_from_trigger=not self.outlets and not lineage_listener_on(), try_number=self._try,
+            secrets=self._trigger_secrets, notify=self._notifications.to_dict() if self._notifications else None,
         )
-        # Airflow does not enforce execution_timeout while deferred: the trigger enforces
-        # `timeout` itself (stopping the job); this backstop only ends a wedged trigger.
-        backstop = timedelta(seconds=self.timeout + 300) if self.timeout else None
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop)
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop(self.timeout))
+
+    def _finish(self, context: Context, runner: JobRunner, ref: JobRef, verdict: Verdict,
+                replicas: Sequence[Replica]) -> Any:
+        from dlc_airflow.airflow.lifecycle import TaskState
+        from dlc_airflow.finish import finish
+
+        outcome = finish(runner, ref, verdict, replicas, on_finish=OnFinish(self.on_finish), log=self.log,
+                         record=TaskState(context.get("task_state_store")).record, owner_try=self._try)
+        if self._notifications is not None:
+            self._notifications.final(outcome.ok, verdict.status, outcome.error)
+        return self._ended(context, outcome)
 
     def execute_complete(self, context: Context, event: Any = None) -> Any:
         """Back from the trigger (dag.test, and triggers that do not end the task themselves)."""
         from dlc_airflow.airflow.event import JobEvent
+        from dlc_airflow.airflow.lifecycle import TaskState
+        from dlc_airflow.airflow.runners import runner_of
+        from dlc_airflow.finish import Outcome
 
         if isinstance(event, dict) and "dlc_start_error" in event:  # a start in the triggerer failed
             error = f"{self.task_id}: {event['dlc_start_error']}"
@@ -274,18 +266,25 @@ class DLCJobOperator(BaseOperator):
             data = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REF, map_indexes=ti.map_index)
             if not data:
                 raise AirflowException(f"{self.task_id}: resumed without the job's reference")
-            from dlc_airflow.airflow.runners import make_runner
-
-            ref = JobRef.from_dict(data)
-            runner = make_runner(ref.backend, self.conn_id or DEFAULT_CONN_ID, self.namespace,
-                                 local_root=self.local_root)
+            runner, ref = runner_of(data, conn_id=self.conn_id, namespace=self.namespace, local_root=self.local_root)
             job_event = JobEvent.from_task_end(event, ref, runner, OnFinish(self.on_finish))
-        self._recorder(context)({**job_event.ref.to_dict(), "state": job_event.result.get("state"),
-                                 "result": job_event.result})
-        self._result = job_event.result
-        if job_event.ok:
-            self._announce(context, job_event.result)
-        return _result(job_event.ok, job_event.result, job_event.error)
+        TaskState(context.get("task_state_store")).record(
+            {**job_event.ref.to_dict(), "state": job_event.result.get("state"), "result": job_event.result})
+        return self._ended(context, Outcome(job_event.ok, job_event.result, job_event.error))
+
+    def _ended(self, context: Context, outcome: Outcome) -> JSONObject:
+        """The task's end: its result (XCom return_value), the asset events of its outlets on
+        success, and JobDidNotSucceed otherwise."""
+        from dlc_airflow.pipelines.assets import announce_job
+
+        self._result = outcome.result
+        if not outcome.ok:
+            raise JobDidNotSucceed(outcome.error or f"job {outcome.result.get('job_name')} did not succeed")
+        events = context.get("outlet_events")
+        if events is not None:
+            announce_job(list(self.outlets), events, outcome.result,
+                         (context.get("data_interval_start"), context.get("data_interval_end")))
+        return outcome.result
 
     # -- OpenLineage (used only when its provider is installed: dlc_airflow.airflow.lineage) --
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
@@ -297,17 +296,6 @@ class DLCJobOperator(BaseOperator):
         from dlc_airflow.airflow.lineage import operator_lineage
 
         return operator_lineage(self.job, None)
-
-    # -- durable execution ---------------------------------------------------------------
-    def _recorder(self, context: Context) -> Callable[[dict], None]:
-        store = context.get("task_state_store")
-        return lambda entry: _set(store, STATE_KEY, entry)
-
-    def _rendered_job(self) -> DLCJob:
-        try:
-            return parse_job(self.job, source=f"job of task {self.task_id}")
-        except SpecError as exc:  # a template rendered into something invalid: no retry helps
-            raise AirflowFailException(str(exc)) from None
 
     # -- kill ----------------------------------------------------------------------------
     def on_kill(self) -> None:
@@ -332,95 +320,3 @@ class DLCJobOperator(BaseOperator):
 
 class JobDidNotSucceed(AirflowException):
     """The job ended without success (or ran out of time); Airflow retries as configured."""
-
-
-def _result(ok: bool, result: dict, error: str | None) -> dict:
-    if not ok:
-        raise JobDidNotSucceed(error or f"job {result.get('job_name')} did not succeed")
-    return result
-
-
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """Errors no retry can fix (a refused spec, a forbidden namespace, bad credentials)
-    fail the task at once; the others leave it to Airflow's retries."""
-    try:
-        yield
-    except Exception as exc:
-        if getattr(exc, "permanent", False) and not isinstance(exc, AirflowFailException):
-            raise AirflowFailException(str(exc)) from exc
-        raise
-
-
-def _load(job: DLCJob | dict | str | os.PathLike, op: BaseOperator) -> DLCJob:
-    if isinstance(job, (str, os.PathLike)):
-        path = Path(job)
-        if not path.is_absolute():
-            dag = getattr(op, "dag", None)
-            base = Path(dag.fileloc).parent if dag is not None and getattr(dag, "fileloc", None) else Path.cwd()
-            path = base / path
-        return load_job(path)
-    return parse_job(job, source=f"job of task {op.task_id}")
-
-
-def _carry_notifiers(notify: Any, tid: str) -> list[dict]:
-    """The notifiers as carried into the triggerer; checked at DAG parse time."""
-    from dlc_airflow.airflow.notify import carry
-    from dlc_airflow.arguments import ArgumentError
-
-    if notify is None:
-        return []
-    if not isinstance(notify, (list, tuple)):
-        notify = [notify]
-    try:
-        return [carry(n, f"{tid}: notify[{i}]") for i, n in enumerate(notify)]
-    except ValueError as exc:
-        raise ArgumentError(str(exc)) from None
-
-
-def _templated(value: Any) -> bool:
-    """Whether a spec (or any value) holds a Jinja template anywhere."""
-    from dlc_airflow.specfields import is_templated
-
-    if isinstance(value, dict):
-        return any(_templated(k) or _templated(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_templated(v) for v in value)
-    return is_templated(value)
-
-
-def _check_consistent(op: DLCJobOperator, deferrable: bool | None) -> None:
-    """Options that contradict each other: each would be silently ignored at run time."""
-    from dlc_airflow.arguments import ArgumentError
-
-    tid = op.task_id
-    if not op.wait_for_completion:
-        # the task returns once the job is submitted: nothing is left to delete it or time it out
-        ignored = [name for name, set_ in (("on_finish='delete'", op.on_finish == OnFinish.DELETE.value),
-                                            ("timeout", op.timeout is not None),
-                                            ("queue_timeout", op.queue_timeout is not None),
-                                            ("deferrable=True", deferrable is True)) if set_]
-        if ignored:
-            raise ArgumentError(f"{tid}: {', '.join(ignored)} needs wait_for_completion=True (the task does not "
-                                "wait for the job, so nothing would apply it); drop one of them")
-    if op.queue_timeout is not None and op.timeout is not None and op.queue_timeout > op.timeout:
-        raise ArgumentError(f"{tid}: queue_timeout ({op.queue_timeout:g}s) is longer than timeout "
-                            f"({op.timeout:g}s), which counts from the submit too: make it shorter or drop it")
-
-
-def _get(store: Any, key: str) -> Any:
-    if store is None:
-        return None
-    try:
-        return store.get(key)
-    except Exception:  # noqa: BLE001 - durable execution is an extra, not a requirement
-        return None
-
-
-def _set(store: Any, key: str, value: Any) -> None:
-    if store is None:
-        return
-    try:
-        store.set(key, value)
-    except Exception:  # noqa: BLE001
-        pass

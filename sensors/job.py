@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
@@ -87,20 +86,18 @@ class DLCJobSensor(BaseSensorOperator):
         return True
 
     def _runner_and_ref(self, context: Context) -> tuple[JobRunner, JobRef]:
-        from dlc_airflow.airflow.runners import make_runner
+        from dlc_airflow.airflow.runners import make_runner, runner_of
 
         if self.task_id_of_job:
             ti = context["ti"]
             data = ti.xcom_pull(task_ids=self.task_id_of_job, key=XCOM_REF, map_indexes=ti.map_index)
             if not data:
                 raise AirflowException(f"task {self.task_id_of_job!r} has not submitted a job (no XCom {XCOM_REF!r})")
-            ref = JobRef.from_dict(data)
-            return make_runner(ref.backend, self.conn_id, self.namespace or ref.namespace,
-                               local_root=self.local_root), ref
+            return runner_of(data, conn_id=self.conn_id, namespace=self.namespace, local_root=self.local_root)
         runner = make_runner(self.backend, self.conn_id, self.namespace, local_root=self.local_root)
         found = runner.lookup(self.job_name or "")
         if found is None:
-            raise AirflowException(f"no {self.backend} job {self.job_name!r} in {runner.namespace} "
+            raise AirflowException(f"no {self.backend} job {self.job_name!r} in {runner.place} "
                                    "(not submitted yet, or deleted)")
         return runner, found
 
@@ -122,6 +119,7 @@ class DLCJobSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        from dlc_airflow.airflow.start import backstop
         from dlc_airflow.airflow.trigger import DLCJobTrigger
 
         runner, ref = self._runner_and_ref(context)
@@ -134,7 +132,7 @@ class DLCJobSensor(BaseSensorOperator):
                                   local_root=self.local_root, deadline=now + self.timeout if self.timeout else None,
                                   stream_logs=False, end_from_trigger=False),
             method_name="execute_complete",
-            timeout=timedelta(seconds=self.timeout + 300) if self.timeout else None,
+            timeout=backstop(self.timeout),
         )
 
     def execute_complete(self, context: Context, event: Any = None) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dlc_airflow.finish import OnFinish, job_result, outcome_of, succeeded
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.progress import terminal_verdict
 from dlc_airflow.reasons import NOT_FOUND
 from dlc_airflow.runner import JobRunner
@@ -26,14 +27,14 @@ MARK = "dlc_job_event"  # tells our payload from any other trigger's
 class JobEvent:
     ref: JobRef
     ok: bool
-    result: dict[str, Any]
+    result: JSONObject
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {MARK: 1, "ref": self.ref.to_dict(), "ok": self.ok, "result": self.result, "error": self.error}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobEvent:
+    def from_dict(cls, data: JSONObject) -> JobEvent:
         if not isinstance(data, dict) or data.get(MARK) != 1:
             raise ValueError(f"not a DLC job event: {data!r:.200}")
         return cls(ref=JobRef.from_dict(data["ref"]), ok=bool(data["ok"]), result=dict(data["result"]),
@@ -53,9 +54,9 @@ class JobEvent:
             # the trigger took the result and deleted the job, as asked: it succeeded
             status = status.model_copy(update={"state": JobState.SUCCEEDED, "reason": "", "message": ""})
         if not status.terminal:
-            return cls(ref, False, job_result(ref, status, {}), f"job {ref.name} did not succeed: the trigger ended "
+            return cls(ref, False, job_result(ref, status, None), f"job {ref.name} did not succeed: the trigger ended "
                        f"the wait ({payload}); job {status.summary()}")
         # the same rule as at the end of a wait (dlc_airflow.finish)
         verdict = terminal_verdict(ref.name, status)
-        outcome = outcome_of(ref, verdict, runner.outputs(ref) if succeeded(verdict) and not gone else {})
+        outcome = outcome_of(ref, verdict, runner.outputs(ref) if succeeded(verdict) and not gone else None)
         return cls(ref, outcome.ok, outcome.result, outcome.error)

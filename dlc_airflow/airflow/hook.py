@@ -4,7 +4,7 @@ It is the cncf.kubernetes KubernetesHook (same connection: in-cluster, kubeconfi
 content, context, namespace, disable SSL / TCP keepalive; `kubernetes_default` works
 unchanged) plus a namespace allow-list (connection extra `dlc_namespaces`, comma-separated,
 or the `allowed_namespaces` argument) and our small client (`get_client`). The connection's
-reading lives in dlc_airflow.airflow.kubeconn.KubeConnection, which tasks and triggers use
+reading lives in dlc_airflow.k8s.connection.KubeConnection, which tasks and triggers use
 directly; this class adds what only a hook has: the connection form, the Test button, and
 the provider's own methods on the same settings.
 """
@@ -16,8 +16,9 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
-from dlc_airflow.airflow.kubeconn import ConfigSource, KubeConnection, NamespaceNotAllowed
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.connection import ConfigSource, KubeConnection, NamespaceNotAllowed
 
 __all__ = ["DLCHook", "NamespaceNotAllowed"]
 
@@ -29,7 +30,7 @@ class DLCHook(KubernetesHook):
     hook_name = "DLC jobs on Kubernetes"
 
     @classmethod
-    def get_connection_form_widgets(cls) -> dict[str, Any]:
+    def get_connection_form_widgets(cls) -> JSONObject:
         from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
         from flask_babel import lazy_gettext
         from wtforms import StringField
@@ -41,7 +42,7 @@ class DLCHook(KubernetesHook):
         return widgets
 
     def __init__(self, conn_id: str | None = default_conn_name, *, namespace: str | None = None,
-                 allowed_namespaces: list[str] | None = None, extras: dict | None = None, **kwargs: Any):
+                 allowed_namespaces: list[str] | None = None, extras: JSONObject | None = None, **kwargs: Any):
         super().__init__(conn_id=conn_id, **kwargs)
         self.connection = KubeConnection(
             conn_id, namespace=namespace, allowed_namespaces=allowed_namespaces, extras=extras,
@@ -52,7 +53,7 @@ class DLCHook(KubernetesHook):
 
     # The provider's methods read extras and the client through these: ours, on one configuration.
     @property
-    def conn_extras(self) -> dict:
+    def conn_extras(self) -> JSONObject:
         return self.connection.conn_extras
 
     def get_conn(self) -> Any:
@@ -86,7 +87,7 @@ class DLCHook(KubernetesHook):
 
     def test_connection(self) -> tuple[bool, str]:
         """For the UI's Test button: who the connection is, on which server."""
-        from dlc_airflow.k8s.client import KubeError
+        from dlc_airflow.k8s.errors import KubeError
 
         try:
             client = self.get_client()

@@ -11,21 +11,45 @@ job is for the notifiers. Errors propagate; each caller turns them into its own 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
-from dlc_airflow.airflow.keys import XCOM_REF
+from dlc_airflow.airflow.keys import STATE_KEY, XCOM_REF
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import TaskIdentity
 from dlc_airflow.runner import JobRunner, Log
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.submission import Submission
 
+if TYPE_CHECKING:  # Airflow 3.3's task state store (the context's task_state_store)
+    from airflow.sdk.execution_time.context import TaskStateStoreAccessor
+
 RunnerFactory = Callable[..., JobRunner]  # make_runner / shared_runner's signature
 
 
-def identity_of(ti: Any, dag_run: Any = None) -> TaskIdentity:
+class TaskInstanceIds(Protocol):
+    """What a task instance says of itself (Airflow's RuntimeTaskInstance and TaskInstance)."""
+
+    @property
+    def dag_id(self) -> str: ...
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def map_index(self) -> int | None: ...
+
+    @property
+    def try_number(self) -> int: ...
+
+
+def identity_of(ti: TaskInstanceIds, dag_run: object = None) -> TaskIdentity:
     """The task instance a job is for (with its run's clear count: a cleared task runs anew)."""
     return TaskIdentity(dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
                         map_index=ti.map_index if ti.map_index is not None else -1, try_number=ti.try_number,
@@ -42,7 +66,7 @@ class StartRequest:
     local_root: str | None
     base_name: str
     reuse_succeeded: bool = True
-    recorded: dict[str, Any] | None = None  # the task state store's entry, where there is one
+    recorded: JSONObject | None = None  # the task state store's entry, where there is one
 
 
 @dataclass(frozen=True)
@@ -51,8 +75,8 @@ class Started:
     runner: JobRunner
     backend: str
     conn_id: str
-    extras: dict[str, Any] | None  # the connection's extras (None without a connection)
-    secrets: dict[str, Any] | None  # what a trigger masks (dlc_airflow.secrets.TriggerSecrets)
+    extras: JSONObject | None  # the connection's extras (None without a connection)
+    secrets: JSONObject | None  # what a trigger masks (dlc_airflow.secrets.TriggerSecrets)
 
 
 def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = "") -> Started:
@@ -60,8 +84,8 @@ def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = 
     from dlc_airflow.airflow.policy_source import load_policy
     from dlc_airflow.airflow.runners import choose_backend, connection_for
     from dlc_airflow.policy import enforce
-    from dlc_airflow.registry import has_connection
-    from dlc_airflow.secrets import register_job
+    from dlc_airflow.registry import check, has_connection
+    from dlc_airflow.secrets.mask import register_job
     from dlc_airflow.submission import submit_or_adopt
 
     job = request.job
@@ -69,6 +93,7 @@ def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = 
     log.info("DLC %s job on the %s backend (%s; %d replicas: %s)%s", job.type.value, backend, why,
              job.total_replicas(), ", ".join(f"{r}={v.replicas}" for r, v in job.roles.items()),
              f", {place}" if place else "")
+    check(backend, job)  # a template may have rendered a type or option the backend cannot run
     connection, extras = connection_for(backend, conn_id)
     # the admin's policy, before anything is created (the local backend's too)
     policy, source = load_policy(conn_id if has_connection(backend) else None, connection)
@@ -87,12 +112,12 @@ def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = 
 
 @dataclass(frozen=True)
 class Publication:
-    xcoms: dict[str, Any]  # {XCom key: value}: the job's whereabouts, every extra link's URL
-    where: dict[str, Any]  # where the job is, for the notifiers (dlc_airflow.airflow.notify)
+    xcoms: JSONObject  # {XCom key: value}: the job's whereabouts, every extra link's URL
+    where: JSONObject  # where the job is, for the notifiers (dlc_airflow.airflow.notify)
 
 
 def publication(ref: JobRef, identity: TaskIdentity, conn_id: str, local_root: str | None,
-                extras: dict[str, Any] | None, base_url: str) -> Publication:
+                extras: JSONObject | None, base_url: str) -> Publication:
     """What a task publishes about its job once it exists (pure)."""
     from dlc_airflow.airflow.links import link_urls, links_xcoms
 
@@ -102,8 +127,47 @@ def publication(ref: JobRef, identity: TaskIdentity, conn_id: str, local_root: s
                         "try_number": identity.try_number}, **links_xcoms(urls)}
     where = {"dag_id": identity.dag_id, "task_id": identity.task_id, "run_id": identity.run_id,
              "map_index": identity.map_index, "try_number": identity.try_number, "job": ref.name,
-             "backend": ref.backend, "namespace": ref.namespace, "link": urls.get("DLC job report", "")}
+             "backend": ref.backend, "namespace": ref.place, "link": urls.get("DLC job report", "")}
     return Publication(xcoms=xcoms, where=where)
+
+
+class TaskState:
+    """The task state store (durable execution) under dlc-airflow's key: the job a try made,
+    then its result; an extra, never a requirement (no store, or a failing one, is no store)."""
+
+    def __init__(self, store: TaskStateStoreAccessor | None) -> None:
+        self.store = store
+
+    def recorded(self) -> JSONObject | None:
+        if self.store is None:
+            return None
+        try:
+            found = self.store.get(STATE_KEY)
+        except Exception:  # noqa: BLE001 - durable execution is an extra
+            return None
+        return found if isinstance(found, dict) else None
+
+    def record(self, entry: JSONObject) -> None:
+        if self.store is None:
+            return
+        try:
+            self.store.set(STATE_KEY, entry)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@contextmanager
+def failing_for_good() -> Iterator[None]:
+    """Errors no retry can fix (a refused spec, a forbidden namespace, bad credentials: their
+    `permanent`) fail the task at once; the others leave it to Airflow's retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        yield
+    except Exception as exc:
+        if getattr(exc, "permanent", False) and not isinstance(exc, AirflowFailException):
+            raise AirflowFailException(str(exc)) from exc
+        raise
 
 
 def base_url() -> str:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from dlc_airflow.jsonvalue import JSONObject
+
 INPUT_ENV = ("DLC_DATA_URI", "DLC_MODEL_URI")
 OUTPUT_ENV = ("DLC_OUTPUT_URI",)
 # reported outputs (dlc_airflow.runtime.report_output) that name a location the job wrote
@@ -31,7 +33,7 @@ def lineage_listener_on() -> bool:
         return False
 
 
-def uris(job: dict[str, Any], result: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+def uris(job: JSONObject, result: JSONObject | None) -> tuple[list[str], list[str]]:
     """(inputs, outputs) of a rendered job spec and its result (pure)."""
     env = job.get("env") or {}
     inputs = [env[k] for k in INPUT_ENV if isinstance(env.get(k), str) and env[k]]
@@ -55,7 +57,7 @@ def dataset(uri: str) -> tuple[str, str]:
     return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/")
 
 
-def operator_lineage(job: dict[str, Any], result: dict[str, Any] | None) -> Any:
+def operator_lineage(job: JSONObject, result: JSONObject | None) -> Any:
     from airflow.providers.common.compat.openlineage.facet import Dataset
     from airflow.providers.openlineage.extractors import OperatorLineage
 

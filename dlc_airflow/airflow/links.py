@@ -16,6 +16,7 @@ from urllib.parse import quote
 from airflow.sdk import BaseOperatorLink
 
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.registry import is_folder
 
 # The connection's extra naming the dashboard URL of a job, e.g.
@@ -51,18 +52,18 @@ LINKS = (DLCJobReportLink(), DLCJobDashboardLink(), DLCJobFolderLink())
 
 
 def link_urls(ref: JobRef, dag_id: str, run_id: str, task_id: str, map_index: int,
-              extras: dict[str, Any] | None, base_url: str) -> dict[str, str]:
+              extras: JSONObject | None, base_url: str) -> dict[str, str]:
     """{link name: URL} for a job (pure); links that do not apply are left out."""
     urls = {DLCJobReportLink.name: f"{base_url.rstrip('/')}/dlc/jobs/{quote(dag_id, safe='')}/"
             f"{quote(run_id, safe='')}/{quote(task_id, safe='')}" + (f"?map_index={map_index}" if map_index >= 0 else "")}
     pattern = (extras or {}).get(DASHBOARD_EXTRA)
     folder = is_folder(ref.backend)
     if pattern and not folder:
-        urls[DLCJobDashboardLink.name] = str(pattern).format(namespace=quote(ref.namespace, safe=""),
+        urls[DLCJobDashboardLink.name] = str(pattern).format(namespace=quote(ref.place, safe=""),
                                                              name=quote(ref.name, safe=""), backend=ref.backend,
                                                              uid=ref.uid)
     if folder:
-        urls[DLCJobFolderLink.name] = f"file://{ref.namespace.rstrip('/')}/{quote(ref.name)}"
+        urls[DLCJobFolderLink.name] = f"file://{ref.place.rstrip('/')}/{quote(ref.name)}"
     return urls
 
 

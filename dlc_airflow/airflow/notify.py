@@ -21,6 +21,7 @@ import logging
 from importlib import import_module
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.status import JobState, JobStatus
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def final_event(ok: bool) -> str:
     return SUCCEEDED if ok else FAILED
 
 
-def carry(notifier: Any, where: str) -> dict[str, Any]:
+def carry(notifier: Any, where: str) -> JSONObject:
     """{"class", "kwargs"} of a notifier: its constructor arguments, read back from the
     attributes of the same name (as Airflow's notifiers keep them), JSON-able."""
     from airflow.sdk import BaseNotifier
@@ -59,7 +60,7 @@ def carry(notifier: Any, where: str) -> dict[str, Any]:
     if not isinstance(notifier, BaseNotifier):
         raise NotifierError(f"{where}: {notifier!r} is not an Airflow notifier (airflow.sdk.BaseNotifier)")
     cls = type(notifier)
-    kwargs: dict[str, Any] = {}
+    kwargs: JSONObject = {}
     for name, param in inspect.signature(cls.__init__).parameters.items():
         if name in ("self", "context") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
@@ -83,12 +84,26 @@ def carry(notifier: Any, where: str) -> dict[str, Any]:
     return spec
 
 
-def rebuild(spec: dict[str, Any]) -> Any:
+def carry_all(notify: object, task_id: str) -> list[JSONObject]:
+    """A task's `notify=` (one notifier or a list), as carried into the triggerer; checked at
+    DAG parse time (ArgumentError naming the task and the notifier)."""
+    from dlc_airflow.arguments import ArgumentError
+
+    if notify is None:
+        return []
+    listed = list(notify) if isinstance(notify, (list, tuple)) else [notify]
+    try:
+        return [carry(n, f"{task_id}: notify[{i}]") for i, n in enumerate(listed)]
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+
+
+def rebuild(spec: JSONObject) -> Any:
     module, _, name = spec["class"].rpartition(".")
     return getattr(import_module(module), name)(**spec["kwargs"])
 
 
-def send(specs: list[dict[str, Any]], context: dict[str, Any]) -> None:
+def send(specs: list[JSONObject], context: JSONObject) -> None:
     """Call every notifier with the context; a notifier that fails is logged, never fails the task."""
     for spec in specs:
         try:
@@ -97,8 +112,8 @@ def send(specs: list[dict[str, Any]], context: dict[str, Any]) -> None:
             log.warning("notifier %s failed (%s): %s", spec.get("class"), context.get("event"), exc)
 
 
-def context_for(event: str, status: JobStatus, previous: JobStatus | None, where: dict[str, Any],
-                message: str | None = None) -> dict[str, Any]:
+def context_for(event: str, status: JobStatus, previous: JobStatus | None, where: JSONObject,
+                message: str | None = None) -> JSONObject:
     """The notifiers' context (pure): `where` has dag_id, task_id, run_id, map_index,
     try_number, job, backend, namespace and link."""
     return {**where, "event": event, "state": status.state.value,
@@ -111,14 +126,14 @@ class Notifications:
     """A wait's notifications: the notifiers (carried) and where the job is. Its `to_dict`
     travels in the trigger's kwargs."""
 
-    def __init__(self, specs: list[dict[str, Any]], where: dict[str, Any]) -> None:
+    def __init__(self, specs: list[JSONObject], where: JSONObject) -> None:
         self.specs, self.where = specs, where
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"specs": self.specs, "where": self.where}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Notifications | None:
+    def from_dict(cls, data: JSONObject | None) -> Notifications | None:
         return cls(data["specs"], data["where"]) if data and data.get("specs") else None
 
     def on_change(self, previous: JobStatus | None, status: JobStatus) -> None:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from datetime import timedelta
 
+from dlc_airflow.airflow.lifecycle import TaskInstanceIds
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import TaskIdentity
 from dlc_airflow.runner import JobRunner, Log
 
@@ -35,13 +37,24 @@ class Started:
     runner: JobRunner
     identity: TaskIdentity
     conn_id: str
-    secrets: dict | None  # what the trigger masks (dlc_airflow.secrets.TriggerSecrets)
-    xcoms: dict[str, Any]  # what the task publishes about its job, handed over at its end
-    where: dict[str, Any]  # where the job is, for the notifiers
+    secrets: JSONObject | None  # what the trigger masks (dlc_airflow.secrets.TriggerSecrets)
+    xcoms: JSONObject  # what the task publishes about its job, handed over at its end
+    where: JSONObject  # where the job is, for the notifiers
     began: float  # when the job was made (an adopted one's creation): the timeouts count from there
 
 
-def start_job(spec: dict[str, Any], ti: Any, namespace: str | None, local_root: str | None, log: Log) -> Started:
+BACKSTOP = 300.0  # seconds past a task's timeout after which Airflow ends a wedged trigger
+
+
+def backstop(timeout: float | None) -> timedelta | None:
+    """The timeout of a task's deferral: Airflow does not enforce execution_timeout while a task
+    is deferred, so the trigger enforces the task's `timeout` itself (stopping the job); this
+    only ends a trigger that is wedged."""
+    return timedelta(seconds=timeout + BACKSTOP) if timeout else None
+
+
+def start_job(spec: JSONObject, ti: TaskInstanceIds, namespace: str | None, local_root: str | None,
+              log: Log) -> Started:
     """See the module docstring; raises StartError."""
     from dlc_airflow.airflow.lifecycle import StartRequest, base_url, identity_of, publication, start
     from dlc_airflow.airflow.runners import shared_runner

@@ -21,7 +21,7 @@ import asyncio
 import contextvars
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -32,9 +32,10 @@ from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.airflow.notify import Notifications
 from dlc_airflow.finish import OnFinish, finish
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.progress import Progress
 from dlc_airflow.registry import has_connection
-from dlc_airflow.runner import JobRunner
+from dlc_airflow.runner import Connection, JobRunner, Replica
 from dlc_airflow.status import JobStatus
 
 T = TypeVar("T")
@@ -53,12 +54,12 @@ async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 class DLCJobTrigger(BaseTrigger):
-    def __init__(self, *, ref: dict | None = None, conn_id: str = DEFAULT_CONN_ID, namespace: str | None = None,
+    def __init__(self, *, ref: JSONObject | None = None, conn_id: str = DEFAULT_CONN_ID, namespace: str | None = None,
                  local_root: str | None = None, deadline: float | None = None,
                  queue_timeout: float | None = None, queued_since: float | None = None,
                  stream_logs: bool = True, on_finish: str = OnFinish.KEEP.value, end_from_trigger: bool = True,
-                 try_number: int | None = None, secrets: dict | None = None, notify: dict | None = None,
-                 start: dict | None = None, timeout: float | None = None):
+                 try_number: int | None = None, secrets: JSONObject | None = None, notify: JSONObject | None = None,
+                 start: JSONObject | None = None, timeout: float | None = None):
         super().__init__()
         self.ref = ref
         self.conn_id = conn_id
@@ -82,9 +83,9 @@ class DLCJobTrigger(BaseTrigger):
         # (dlc_airflow.airflow.start), and the task's timeout, which counts from the submit
         self.start = start
         self.timeout = timeout
-        self._xcoms: dict[str, Any] = {}  # what a task started here publishes when it ends
+        self._xcoms: JSONObject = {}  # what a task started here publishes when it ends
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
+    def serialize(self) -> tuple[str, JSONObject]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "ref": self.ref, "conn_id": self.conn_id, "namespace": self.namespace,
             "local_root": self.local_root, "deadline": self.deadline, "queue_timeout": self.queue_timeout,
@@ -101,7 +102,7 @@ class DLCJobTrigger(BaseTrigger):
         uses_connection = has_connection(ref.backend)
         connection = await _connection(self.conn_id) if uses_connection else None
         extras = connection.extra_dejson if connection is not None else ({} if uses_connection else None)
-        namespace = self.namespace or ref.namespace
+        namespace = self.namespace or ref.place
         return await blocking(shared_runner, ref.backend, self.conn_id, namespace,
                               extras=extras, local_root=self.local_root, connection=connection)
 
@@ -147,11 +148,11 @@ class DLCJobTrigger(BaseTrigger):
         updates: asyncio.Queue[Update] = asyncio.Queue()
         follower = runner.follow(ref)
 
-        def on_status(status: JobStatus, pods: list[dict]) -> None:  # in the follower's thread
-            loop.call_soon_threadsafe(updates.put_nowait, (status, pods))
+        def on_status(status: JobStatus, replicas: Sequence[Replica]) -> None:  # in the follower's thread
+            loop.call_soon_threadsafe(updates.put_nowait, (status, replicas))
 
         await blocking(follower.start, on_status)
-        self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.namespace)
+        self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.place)
         try:
             while True:
                 batch: list[Update] = []
@@ -168,7 +169,7 @@ class DLCJobTrigger(BaseTrigger):
                     continue
                 # The triggerer cannot reach the task state store (Airflow 3.3): the worker
                 # records the job when it defers, and the result when it resumes.
-                outcome = await blocking(finish, runner, ref, verdict, wait.pods, on_finish=OnFinish(self.on_finish),
+                outcome = await blocking(finish, runner, ref, verdict, wait.replicas, on_finish=OnFinish(self.on_finish),
                                          log=self.log, owner_try=self.try_number)
                 if notifications is not None:
                     await blocking(notifications.final, outcome.ok, verdict.status, outcome.error)
@@ -180,7 +181,7 @@ class DLCJobTrigger(BaseTrigger):
     async def _mask_secrets(self, runner: JobRunner) -> None:
         """The job's secret values, registered with the secrets masker of the triggerer (another
         process than the task's) before any of the job's logs are copied here."""
-        from dlc_airflow.secrets import TriggerSecrets
+        from dlc_airflow.secrets.mask import TriggerSecrets
 
         if self.secrets:
             await blocking(TriggerSecrets.from_dict(self.secrets).register, runner, self.log)
@@ -208,7 +209,7 @@ class DLCJobTrigger(BaseTrigger):
         await blocking(stop_if_owner, runner, ref, self.try_number, self.log)
 
 
-async def _connection(conn_id: str) -> Any | None:
+async def _connection(conn_id: str) -> Connection | None:
     """The Airflow connection, read without blocking the triggerer's loop (None if none)."""
     from airflow.sdk.bases.hook import BaseHook
 

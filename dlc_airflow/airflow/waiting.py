@@ -2,8 +2,8 @@
 
 `Progress.step` (dlc_airflow.progress) decides each turn; `WaitIO.turn` does what it asks,
 for the worker's loop below and the triggerer's (trigger.py) alike: log its lines, tell
-the notifiers, ask the controller why a job cannot start, and copy the job's pod logs and
-Kubernetes Events into the task log, each line prefixed with its replica (`[worker-1] ...`).
+the notifiers, ask the backend's events why a job cannot start, and copy the job's logs and
+events into the task log, each line prefixed with its replica (`[worker-1] ...`).
 The two loops differ only in how statuses arrive (a thread's condition, an asyncio queue).
 """
 
@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.progress import Progress, Verdict
-from dlc_airflow.runner import JobRunner, Log
+from dlc_airflow.runner import Event, EventSource, JobRunner, Log, LogPositions, Replica, replica_order
 from dlc_airflow.status import JobStatus
 
 LOG_EVERY = 2.0  # seconds between log fetches while a job runs (a worker's wait)
@@ -29,70 +28,66 @@ LOG_REPLICAS = 4
 
 @dataclass
 class LogCursor:
-    """Where the task log is in the job's pod logs and Events."""
+    """Where the task log is in the job's logs and events."""
 
-    positions: dict[str, Any] = field(default_factory=dict)
+    positions: LogPositions = field(default_factory=dict)
     seen_events: set[str] = field(default_factory=set)
 
-    def emit(self, runner: JobRunner, ref: JobRef, log: Log, pods: list[dict] | None,
+    def emit(self, runner: JobRunner, ref: JobRef, log: Log, replicas: Sequence[Replica] | None,
              events: bool = True) -> int:
-        """Log new pod log lines and Events; returns how many lines were logged."""
+        """Log new log lines and events (where the backend keeps events); returns how many lines
+        were logged."""
         count = 0
         try:
-            lines, self.positions = runner.logs(ref, self.positions, pods=log_pods(pods))
+            lines, self.positions = runner.logs(ref, self.positions, replicas=log_replicas(replicas))
         except Exception as exc:  # noqa: BLE001 - logs are best effort; the wait goes on
             log.debug("could not read logs of %s: %s", ref.name, exc)
             lines = []
         for replica, line in lines:
             log.info("[%s] %s", replica, line)
             count += 1
-        if events:
+        if events and isinstance(runner, EventSource):
             try:
                 new = runner.events(ref, self.seen_events)
             except Exception as exc:  # noqa: BLE001
                 log.debug("could not read events of %s: %s", ref.name, exc)
                 new = []
-            for event in sorted(new, key=event_time):
-                self.seen_events.add(event["metadata"]["uid"])
-                log.log(logging.WARNING if event.get("type") == "Warning" else logging.INFO,
-                        "[event] %s", describe_event(event))
+            for event in sorted(new, key=lambda e: e.time):
+                self.seen_events.add(event.uid)
+                log.log(logging.WARNING if event.warning else logging.INFO, "[event] %s", describe_event(event))
                 count += 1
         return count
 
 
 def why_not_started(runner: JobRunner, ref: JobRef, log: Log) -> str:
-    """The controller's reason the job's pods cannot be created, from its events ('' if none)."""
-    from dlc_airflow.backends.base import failed_create
-
+    """Why the job's replicas cannot be created, from the newest event that says so ('' if none,
+    or where the backend keeps no events)."""
+    if not isinstance(runner, EventSource):
+        return ""
     try:
-        return failed_create(runner.events(ref))
+        found = [e for e in runner.events(ref) if e.blocks_start]
     except Exception as exc:  # noqa: BLE001 - the wait goes on; the timeouts still apply
         log.debug("could not read events of %s: %s", ref.name, exc)
         return ""
+    newest = max(found, key=lambda e: e.time, default=None)
+    return f"{newest.object}: {newest.message}" if newest is not None else ""
 
 
-def log_pods(pods: list[dict] | None) -> list[dict] | None:
-    """The pods whose logs are streamed: the first LOG_REPLICAS by replica, and failed ones."""
-    if not pods:
-        return pods
-    from dlc_airflow.k8s.pods import replica_order
-
-    ranked = sorted(pods, key=replica_order)
-    failed = [p for p in ranked[LOG_REPLICAS:] if p.get("status", {}).get("phase") == "Failed"]
+def log_replicas(replicas: Sequence[Replica] | None) -> Sequence[Replica] | None:
+    """The replicas whose logs are streamed: the first LOG_REPLICAS in rank order, and failed ones."""
+    if not replicas:
+        return replicas
+    ranked = sorted(replicas, key=replica_order)
+    failed = [r for r in ranked[LOG_REPLICAS:] if r.state == "Failed"]
     return ranked[:LOG_REPLICAS] + failed
 
 
-def describe_event(event: dict) -> str:
-    obj = event.get("involvedObject", {})
-    return f"{obj.get('kind', '?')} {obj.get('name', '?')}: {event.get('reason', '')}: {event.get('message', '').strip()}"
-
-
-def event_time(event: dict) -> str:
-    return event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp") or ""
+def describe_event(event: Event) -> str:
+    return f"{event.object}: {event.reason}: {event.message}"
 
 
 OnChange = Callable[[JobStatus | None, JobStatus], None]  # (previous status, new status)
-Update = tuple[JobStatus, list[dict]]  # what a follower reports: the status and the job's pods
+Update = tuple[JobStatus, Sequence[Replica]]  # what a follower reports: the status and the job's replicas
 
 
 @dataclass
@@ -105,12 +100,12 @@ class WaitIO:
     progress: Progress
     on_change: OnChange | None = None
     cursor: LogCursor = field(default_factory=LogCursor)
-    pods: list[dict] = field(default_factory=list)  # the newest the follower reported
+    replicas: Sequence[Replica] = ()  # the newest the follower reported
 
     def turn(self, batch: list[Update], now: float) -> Verdict | None:
         """One turn with the updates that arrived since the last; the verdict when the wait is over."""
         if batch:
-            self.pods = batch[-1][1]
+            self.replicas = batch[-1][1]
         why = why_not_started(self.runner, self.ref, self.log) if self.progress.time_to_ask_why(now) else None
         step = self.progress.step([status for status, _ in batch], now, why=why)
         for line in step.info:
@@ -121,12 +116,13 @@ class WaitIO:
             for change in step.changes:
                 self.on_change(change.previous, change.status)
         if step.read_logs:
-            self.cursor.emit(self.runner, self.ref, self.log, self.pods or None, events=step.read_events)
+            self.cursor.emit(self.runner, self.ref, self.log, self.replicas or None, events=step.read_events)
         return step.verdict
 
 
 def wait_sync(runner: JobRunner, ref: JobRef, log: Log, *, queue_timeout: float | None,
-              timeout: float | None, stream_logs: bool, on_change: OnChange | None = None) -> tuple[Verdict, list[dict]]:
+              timeout: float | None, stream_logs: bool,
+              on_change: OnChange | None = None) -> tuple[Verdict, Sequence[Replica]]:
     """Follow the job until a verdict; logs progress (and the job's logs) on the way, and tells
     `on_change` every status it sees (notifications)."""
     progress = Progress(ref.name, time.monotonic(), queue_timeout=queue_timeout, timeout=timeout,
@@ -135,9 +131,9 @@ def wait_sync(runner: JobRunner, ref: JobRef, log: Log, *, queue_timeout: float 
     updates: list[Update] = []
     arrived = threading.Condition()
 
-    def on_status(status: JobStatus, pods: list[dict]) -> None:  # in the follower's thread
+    def on_status(status: JobStatus, replicas: Sequence[Replica]) -> None:  # in the follower's thread
         with arrived:
-            updates.append((status, pods))
+            updates.append((status, replicas))
             arrived.notify()
 
     follower = runner.follow(ref)
@@ -149,6 +145,6 @@ def wait_sync(runner: JobRunner, ref: JobRef, log: Log, *, queue_timeout: float 
                     arrived.wait(progress.wakeup(time.monotonic()))
                 batch, updates[:] = list(updates), []
             if verdict := wait.turn(batch, time.monotonic()):
-                return verdict, wait.pods
+                return verdict, wait.replicas
     finally:
         follower.close()

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSON, JSONDict
+from dlc_airflow.k8s.api import Manifest
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,26 @@ KNOWN: dict[tuple[str, str], ResourceKind] = {
 }
 
 
-def kind_of(obj: dict) -> ResourceKind:
+def kinds_detail(kinds: Sequence[ResourceKind]) -> JSONDict:
+    """A JobRef's detail on Kubernetes: every kind the job is made of, the watched one first."""
+    listed: list[JSON] = [dict(asdict(k)) for k in kinds]
+    return {"kinds": listed}
+
+
+def ref_kinds(ref: JobRef) -> tuple[ResourceKind, ...]:
+    """The kinds a JobRef's detail names (kinds_detail), the watched one first; () if none."""
+    listed = ref.detail.get("kinds")
+    if not isinstance(listed, list):
+        return ()
+    kinds = []
+    for item in listed:
+        if isinstance(item, dict):
+            kinds.append(ResourceKind(api_version=str(item["api_version"]), kind=str(item["kind"]),
+                                      plural=str(item["plural"]), namespaced=bool(item.get("namespaced", True))))
+    return tuple(kinds)
+
+
+def kind_of(obj: Manifest) -> ResourceKind:
     """The ResourceKind of a manifest (by apiVersion and kind)."""
     key = (obj.get("apiVersion", ""), obj.get("kind", ""))
     try:
@@ -77,7 +101,7 @@ def kind_of(obj: dict) -> ResourceKind:
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
 
-def request_attributes(method: str, path: str, query: dict | None = None) -> dict[str, str]:
+def request_attributes(method: str, path: str, query: Manifest | None = None) -> dict[str, str]:
     """What the authorizer sees in a REST call: verb, group, resource, subresource, name,
     namespace (the fields of a SelfSubjectAccessReview's resourceAttributes), or verb and
     nonResourceURL for paths outside /api and /apis (e.g. /readyz).

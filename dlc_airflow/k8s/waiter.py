@@ -14,11 +14,13 @@ import threading
 from collections.abc import Callable
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import kueue
-from dlc_airflow.backends.base import Backend
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.k8s.api import Pod, as_pods
+from dlc_airflow.k8s.backends import kueue
+from dlc_airflow.k8s.backends.base import Backend
 from dlc_airflow.k8s.client import KubeClient
 from dlc_airflow.k8s.kinds import EVENT, POD, WORKLOAD, ResourceKind
+from dlc_airflow.k8s.pods import replicas_of
 from dlc_airflow.k8s.watch import REGISTRY, JobObjects, SharedWatch, WatchRegistry, event_job
 from dlc_airflow.naming import LABEL_JOB
 from dlc_airflow.runner import OnStatus
@@ -28,11 +30,11 @@ from dlc_airflow.status import JobState, JobStatus
 class JobWaiter:
     """The Follower of the Kubernetes backends (see dlc_airflow.runner)."""
 
-    def __init__(self, client: KubeClient, backend: Backend, ref: JobRef, cluster_key: str, *,
+    def __init__(self, client: KubeClient, backend: Backend, ref: JobRef, kind: ResourceKind, cluster_key: str, *,
                  registry: WatchRegistry = REGISTRY):
-        self.client, self.backend, self.ref = client, backend, ref
+        self.client, self.backend, self.ref, self.kind = client, backend, ref, kind
         self.registry = registry
-        self._keys = [(cluster_key, ref.namespace, ref.kind), (cluster_key, ref.namespace, POD)]
+        self._keys = [(cluster_key, ref.place, kind), (cluster_key, ref.place, POD)]
         self._lock = threading.Lock()
         self._objects: JobObjects | None = None
         self._pods: JobObjects | None = None
@@ -46,7 +48,7 @@ class JobWaiter:
         self._on_status = on_status
         # the Events first (kept for KubeRunner.events; they change no status), then the job and
         # its pods; a copy of the keys: a watch that answers at once may add the Workloads' key
-        events = (self._keys[0][0], self.ref.namespace, EVENT)
+        events = (self._keys[0][0], self.ref.place, EVENT)
         self._unsubscribe.append(self.registry.get(events, self._watch_factory(events)).subscribe(self.ref.name, _keep))
         keys = list(self._keys)
         self._keys.append(events)
@@ -64,7 +66,7 @@ class JobWaiter:
             if self._workloads_key is not None or self._objects is None or not kueue.queued(
                     list(self._objects.live.values())):
                 return
-            self._workloads_key = (self._keys[0][0], self.ref.namespace, WORKLOAD)
+            self._workloads_key = (self._keys[0][0], self.ref.place, WORKLOAD)
             self._keys.append(self._workloads_key)
         self._subscribe(self._workloads_key, "_workloads")
 
@@ -88,15 +90,15 @@ class JobWaiter:
                     status, pods = self._status()
                     self.last = status
             if answered and self._on_status:
-                self._on_status(status, pods)
+                self._on_status(status, replicas_of(pods))
             if target == "_objects":
                 self._follow_workloads()
         return receive
 
-    def _status(self) -> tuple[JobStatus, list[dict]]:
+    def _status(self) -> tuple[JobStatus, list[Pod]]:
         objs, pods = self._objects, self._pods
         assert objs is not None  # _receiver calls this once both watches answered
-        live_pods = list(pods.live.values()) if pods else []
+        live_pods = as_pods(pods.live.values()) if pods else []
         refused = objs.error or (pods.error if pods else "")
         if refused:  # the watch may not see the job: the wait cannot go on
             return JobStatus(state=JobState.FAILED, reason=reasons.FORBIDDEN, message=refused), live_pods
@@ -112,13 +114,13 @@ class JobWaiter:
             if final.terminal:
                 return final, live_pods
             return JobStatus(state=JobState.STOPPED, reason=reasons.DELETED,
-                             message=f"{self.ref.kind.kind} {self.ref.name} was deleted before it finished"), live_pods
+                             message=f"{self.kind.kind} {self.ref.name} was deleted before it finished"), live_pods
         # Not in the watch cache: just created and not yet seen, or really gone. Ask.
-        current, _ = self.client.list(self.ref.kind, self.ref.namespace, labels={LABEL_JOB: self.ref.name})
+        current, _ = self.client.list(self.kind, self.ref.place, labels={LABEL_JOB: self.ref.name})
         if current:
             return self.backend.status(current, live_pods), live_pods
         return JobStatus(state=JobState.STOPPED, reason=reasons.NOT_FOUND,
-                         message=f"{self.ref.kind.kind} {self.ref.name} not found in namespace {self.ref.namespace}"), live_pods
+                         message=f"{self.kind.kind} {self.ref.name} not found in namespace {self.ref.place}"), live_pods
 
 
 def _keep(objects: JobObjects) -> None:

@@ -23,20 +23,24 @@ import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
-from dlc_airflow.k8s.client import AuthError, Gone, KubeClient, KubeError
+from dlc_airflow.k8s.api import Manifest
+from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.errors import AuthError, Gone, KubeError
 from dlc_airflow.k8s.kinds import ResourceKind
 from dlc_airflow.naming import LABEL_JOB, MANAGED_BY, MANAGER
 
 log = logging.getLogger(__name__)
 
+# (cluster, namespace, kind): one shared watch each in a process
+WatchKey = tuple[str, str, ResourceKind]
 # objects of one job, by object name; `deleted` holds the last state of objects that went away
 Callback = Callable[["JobObjects"], None]
 
 
 @dataclass
 class JobObjects:
-    live: dict[str, dict] = field(default_factory=dict)
-    deleted: dict[str, dict] = field(default_factory=dict)
+    live: dict[str, Manifest] = field(default_factory=dict)
+    deleted: dict[str, Manifest] = field(default_factory=dict)
     synced: bool = False  # the watch has listed at least once
     error: str = ""  # the watch is refused (401/403 the client confirmed): why
 
@@ -63,7 +67,7 @@ class SharedWatch:
 
     def __init__(self, client: KubeClient, namespace: str, kind: ResourceKind, *,
                  group_label: str = LABEL_JOB, watch_timeout: int = 240,
-                 group_of: Callable[[dict, Container[str]], str | None] | None = None):
+                 group_of: Callable[[Manifest, Container[str]], str | None] | None = None):
         self.client, self.namespace, self.kind = client, namespace, kind
         self.group_label = group_label
         self.group_of = group_of
@@ -123,10 +127,11 @@ class SharedWatch:
                 return None
             return self._objects.get(job, JobObjects(synced=True)).copy()
 
-    def _group(self, obj: dict) -> str | None:
+    def _group(self, obj: Manifest) -> str | None:
         if self.group_of is not None:
             return self.group_of(obj, self._subscribers)
-        return obj.get("metadata", {}).get("labels", {}).get(self.group_label)
+        group = obj.get("metadata", {}).get("labels", {}).get(self.group_label)
+        return str(group) if group is not None else None
 
     def _run(self) -> None:
         selector = self.selector
@@ -181,7 +186,7 @@ class SharedWatch:
     def _relist(self, selector: dict[str, str] | None) -> str:
         items, rv = self.client.list(self.kind, self.namespace, labels=selector)
         self.stats.lists += 1
-        fresh: dict[str, dict[str, dict]] = {}
+        fresh: dict[str, dict[str, Manifest]] = {}
         with self._lock:
             for obj in items:
                 job = self._group(obj)
@@ -203,7 +208,7 @@ class SharedWatch:
             self._notify(job)
         return rv
 
-    def _apply(self, etype: str, obj: dict) -> None:
+    def _apply(self, etype: str, obj: Manifest) -> None:
         meta = obj.get("metadata", {})
         with self._lock:
             job = self._group(obj)
@@ -244,7 +249,7 @@ class SharedWatch:
                 log.exception("watch callback for %s failed", job)
 
 
-def _versions(objs: dict[str, dict]) -> dict[str, str]:
+def _versions(objs: dict[str, Manifest]) -> dict[str, str]:
     return {n: o.get("metadata", {}).get("resourceVersion", "") for n, o in objs.items()}
 
 
@@ -258,10 +263,10 @@ class WatchRegistry:
     def __init__(self, linger: float = 30.0):
         self.linger = linger
         self._lock = threading.Lock()
-        self._watches: dict[tuple, SharedWatch] = {}
-        self._idle_since: dict[tuple, float] = {}
+        self._watches: dict[WatchKey, SharedWatch] = {}
+        self._idle_since: dict[WatchKey, float] = {}
 
-    def get(self, key: tuple, factory: Callable[[], SharedWatch]) -> SharedWatch:
+    def get(self, key: WatchKey, factory: Callable[[], SharedWatch]) -> SharedWatch:
         with self._lock:
             self._reap()
             watch = self._watches.get(key)
@@ -270,7 +275,7 @@ class WatchRegistry:
             self._idle_since.pop(key, None)
             return watch
 
-    def release(self, key: tuple) -> None:
+    def release(self, key: WatchKey) -> None:
         with self._lock:
             watch = self._watches.get(key)
             if watch is not None and watch.waiting() == 0:
@@ -295,12 +300,12 @@ class WatchRegistry:
                 self._watches.pop(key, None)
                 self._idle_since.pop(key, None)
 
-    def watches(self) -> dict[tuple, SharedWatch]:
+    def watches(self) -> dict[WatchKey, SharedWatch]:
         with self._lock:
             return dict(self._watches)
 
 
-    def peek(self, key: tuple) -> SharedWatch | None:
+    def peek(self, key: WatchKey) -> SharedWatch | None:
         """The watch of `key` if this process has one (a reader's cache; nothing is started)."""
         with self._lock:
             return self._watches.get(key)
@@ -311,7 +316,7 @@ class WatchRegistry:
 _JOB_NAME = re.compile(r"^([a-z][a-z0-9-]*?-[0-9a-f]{10}-[0-9]+)(?:-|$)")
 
 
-def event_job(event: dict, jobs: Container[str]) -> str | None:
+def event_job(event: Manifest, jobs: Container[str]) -> str | None:
     """The job an Event is about: a waited job whose name starts the involved object's name,
     else any dlc-airflow job name there (so Events from before a wait began are at hand)."""
     name = (event.get("involvedObject") or {}).get("name") or ""

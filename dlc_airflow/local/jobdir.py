@@ -1,4 +1,5 @@
-"""The job folder: everything the local backend knows about one job, on disk.
+"""The local job folder: everything the local backend knows about one job, on disk (spec.json,
+logs/ and outputs/ are the shared job folder's, dlc_airflow.jobfolder).
 
     <root>/<name>/
       spec.json         the DLCJob (DLCJob.to_dict())
@@ -22,14 +23,8 @@ half a file; a waiting task polls state.json.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import tempfile
-from pathlib import Path
-from typing import Any
 
-SPEC = "spec.json"
 LABELS = "labels.json"
 ANNOTATIONS = "annotations.json"
 STATE = "state.json"
@@ -37,8 +32,6 @@ SUPERVISOR = "supervisor.json"
 SUPERVISOR_LOG = "supervisor.log"
 STOP = "stop.json"
 HOSTFILE = "hostfile"
-LOGS = "logs"
-OUTPUTS = "outputs"
 VOLUMES = "volumes"
 CODE = "code"
 
@@ -54,32 +47,6 @@ def check_name(name: str) -> None:
         )
     if name == VOLUMES:
         raise ValueError(f"local job name {name!r} is reserved for the shared volume folders")
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Replace `path` atomically with `data` as JSON."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, separators=(",", ":"), default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def read_json(path: Path, default: Any = None) -> Any:
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        return default
-    except ValueError:
-        # only replaced whole, so this is a file someone edited by hand: say so
-        raise ValueError(f"{path} is not valid JSON; the local job folder is damaged") from None
 
 
 def replica_key(role: str, index: int) -> str:

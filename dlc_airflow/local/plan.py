@@ -16,7 +16,7 @@ What a replica gets, in order (later wins):
 2. the wiring every cluster backend injects (`wiring.replica_env`, host 127.0.0.1), mount
    paths rewritten to local folders (a file:// checkpoint root stays as written);
 3. JOB_COMPLETION_INDEX and DLC_OUTPUT_FILE=<jobdir>/outputs/<role>-<i>.json;
-4. the hostfile path of the wiring (`wiring.hostfile_spec`) replaced by <jobdir>/hostfile.
+4. the hostfile path of the spec (`spec.hostfile_spec`) replaced by <jobdir>/hostfile.
 
 Ray jobs run only the head (ray.init() in it starts a local Ray cluster).
 """
@@ -29,11 +29,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlc_airflow import wiring
+from dlc_airflow import jobfolder, wiring
 from dlc_airflow.jobtypes import JobType, ordered_roles
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local.volumes import LocalMounts, plan_mounts
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 
 PortOf = Callable[[str, int], int]
 DEFAULT_FIRST_PORT = 20000
@@ -142,7 +142,7 @@ def plan_replicas(
     if mounts is None:
         mounts = plan_mounts(job, jobdir.parent, jobdir)
     addr = wiring.Addressing(host=lambda role, index: LOCALHOST, port=port or SequentialPorts())
-    spec = wiring.hostfile_spec(job)
+    spec = hostfile_spec(job)
     hostfile_path = jobdir / layout.HOSTFILE if spec is not None else None
     hostfile = wiring.hostfile(job, addr, spec.slots) if spec is not None else None
     cwd = working_dir(job, mounts, jobdir)
@@ -160,7 +160,7 @@ def plan_replicas(
             env = dict(base)
             env.update(wiring_env(job, name, role, index, addr, mounts))
             env["JOB_COMPLETION_INDEX"] = str(index)
-            env["DLC_OUTPUT_FILE"] = str(jobdir / layout.OUTPUTS / f"{key}.json")
+            env["DLC_OUTPUT_FILE"] = str(jobdir / jobfolder.OUTPUTS / f"{key}.json")
             if spec is not None:
                 for var, value in env.items():
                     if value == spec.path:
@@ -172,7 +172,7 @@ def plan_replicas(
                     argv=list(argv),
                     env=env,
                     cwd=cwd,
-                    log=jobdir / layout.LOGS / f"{key}.log",
+                    log=jobdir / jobfolder.LOGS / f"{key}.log",
                     health_argv=list(health) if health is not None else None,
                 )
             )

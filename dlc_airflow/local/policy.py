@@ -1,7 +1,7 @@
 """What the local supervisor does when a replica ends, and when the job has succeeded. Pure.
 
 The same rules as the native backend's per-index fault tolerance
-(dlc_airflow.backends.native.pod_failure_rules, backoffLimitPerIndex), first match wins:
+(dlc_airflow.k8s.backends.native.pod_failure_rules, backoffLimitPerIndex), first match wins:
 
 1. exit code 0: the replica succeeded;
 2. preempted (with restart_on_preemption): replaced without counting a restart;
@@ -59,7 +59,7 @@ class Decision:
 
 def backoff(restart: int) -> float:
     """Seconds before restart number `restart` (1 for the first)."""
-    return min(MAX_BACKOFF, RESTART_BACKOFF * 2 ** max(0, restart - 1))
+    return float(min(MAX_BACKOFF, RESTART_BACKOFF * 2 ** max(0, restart - 1)))
 
 
 def retryable(policy: FaultTolerance, code: int) -> bool:

@@ -1,433 +1,147 @@
-"""LocalRunner: submit, find, watch, stop and delete local jobs.
+"""LocalRunner: the local backend behind the runner contract (dlc_airflow.runner.JobRunner).
 
-A local job is a folder (see dlc_airflow.local.jobdir) and a detached supervisor process
-(dlc_airflow.local.supervisor). Everything here works from the folder alone, so any
-process - the task that submitted the job, its retry, the triggerer - can adopt, watch or
-stop it.
-
-Every process that watches a job must share the host and PID namespace of its supervisor
-(liveness is checked by pid and start time): one machine, or containers that share a PID
-namespace, as the triggerer and scheduler do in docker/compose.yaml.
+It works on the job folders of one job root through JobFolders (local/jobs.py: the folders
+and their supervisors, by job name), as the other backends' runners work through their
+clients. A JobRef's place is the job root, so any process that has the ref finds the job.
+Capabilities: the stored spec (SpecKeeper) and the local stand-ins of Secrets (SecretReader);
+no events (what happens to a replica is in its log), nothing to settle (the supervisor ends
+every replica when the job ends).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
-import uuid
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
-from dlc_airflow import reasons
-from dlc_airflow.local import jobdir as layout
-from dlc_airflow.local import procs
-from dlc_airflow.naming import LABEL_TASK_KEY, LABEL_TRY
-from dlc_airflow.runner import OwnershipError
-from dlc_airflow.secrets import local_values, maskable, stored_spec
-from dlc_airflow.spec import DLCJob, parse_job
-from dlc_airflow.status import JobState, JobStatus
+from dlc_airflow.errors import BackendError, SecretSourceError, SubmitError
+from dlc_airflow.jobinfo import JobInfo, attempt_of
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONDict
+from dlc_airflow.local.backend import LocalBackend
+from dlc_airflow.local.jobs import JobFolders
+from dlc_airflow.local.secrets import local_secret
+from dlc_airflow.naming import (
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    MANAGED_BY,
+    MANAGER,
+    TaskIdentity,
+    job_annotations,
+    job_labels,
+    task_labels,
+)
+from dlc_airflow.polling import StatusFollower
+from dlc_airflow.runner import Log, LogLine, LogPositions, Outputs, Reach, Replica
+from dlc_airflow.secrets.resolve import Entry
+from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec.envsource import SecretKeyRef
+from dlc_airflow.status import JobStatus, parse_time
 
-__all__ = ["LocalJobError", "LocalRunner", "default_root"]
-
-# A job folder whose supervisor never announced itself is given up after this long.
-SUPERVISOR_START_TIMEOUT = 30.0
-# Made (exclusively) just before the supervisor is started: a job folder without it was
-# left by a submit cut short, and the next submit of the same task starts its supervisor.
-SUPERVISOR_STARTED = "supervisor.started"
-CLAIM = "claim.json"  # the newest task try that submitted or adopted the job
-UID = "uid"  # a unique id per job folder (as Kubernetes objects have)
-# reasons only the local backend has (the shared ones are in dlc_airflow.reasons)
-SUPERVISOR_START_FAILED = "SupervisorStartFailed"
-SUPERVISOR_LOST = "SupervisorLost"
-MAX_LOG_READ = 1 << 20  # bytes per replica per read_logs call
+LOCAL = LocalBackend.name
 
 
-class LocalJobError(RuntimeError):
-    """A local job that cannot be submitted or found; the message says which and why."""
-
-
-
-class LocalOwnershipError(LocalJobError, OwnershipError):
-    """A job folder of that name belongs to another task instance."""
-
-
-def default_root() -> Path:
-    """$DLC_LOCAL_ROOT, else $AIRFLOW_HOME/dlc-local-jobs, else ~/.cache/dlc-airflow/local-jobs."""
-    if os.environ.get("DLC_LOCAL_ROOT"):
-        return Path(os.environ["DLC_LOCAL_ROOT"]).expanduser()
-    if os.environ.get("AIRFLOW_HOME"):
-        return Path(os.environ["AIRFLOW_HOME"]).expanduser() / "dlc-local-jobs"
-    return Path.home() / ".cache" / "dlc-airflow" / "local-jobs"
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
+def make_runner(reach: Reach) -> LocalRunner:
+    """The registry's runner factory: the job root the task names, else the default one."""
+    return LocalRunner(reach.local_root)
 
 
 class LocalRunner:
-    """Runs DLC jobs as local processes, with the env the cluster backends inject."""
+    backend_name = LOCAL
 
-    def __init__(self, root: str | os.PathLike | None = None) -> None:
-        self.root = Path(root).expanduser() if root is not None else default_root()
-        # how long stop() gives replicas between SIGTERM and SIGKILL
-        try:
-            self.grace_seconds = float(os.environ.get("DLC_LOCAL_GRACE_SECONDS", "10"))
-        except ValueError:
-            self.grace_seconds = 10.0
-        # the interpreter that runs supervisors (replicas run their own command)
-        self.python = sys.executable
-        self._children: dict[str, subprocess.Popen] = {}
+    def __init__(self, root: str | None = None):
+        self.folders = JobFolders(root)
+        self.place = str(self.folders.root)
 
-    # -- paths ------------------------------------------------------------------------
-    def _dir(self, name: str) -> Path:
-        layout.check_name(name)
-        return self.root / name
+    def ref(self, job: DLCJob | None, name: str, attempt: int = 1) -> JobRef:
+        return JobRef(backend=LOCAL, place=self.place, name=name, attempt=attempt, uid=self.folders.uid(name))
 
-    def _state(self, path: Path) -> dict:
-        return layout.read_json(path / layout.STATE, {}) or {}
+    def find(self, identity: TaskIdentity, job: DLCJob) -> list[JobRef]:
+        refs = []
+        for name in self.folders.find(task_labels(identity)):
+            labels = self.folders.labels(name)
+            refs.append(self.ref(job, labels.get(LABEL_JOB, name), int(labels.get(LABEL_ATTEMPT, "1"))))
+        return sorted(refs, key=lambda r: r.attempt)
 
-    # -- submit -----------------------------------------------------------------------
-    def submit(self, job: DLCJob, name: str, labels: dict[str, str],
-               annotations: dict[str, str] | None = None) -> bool:
-        """Create and start job `name`; False if this task's job of that name exists (adopt).
-
-        Raises LocalJobError if `name` belongs to another task (labels dlc-airflow/task-key),
-        or if the supervisor cannot start (the job is then FAILED, never half-submitted).
-        """
-        job = parse_job(job, source=f"local job {name}")
-        jobdir = self._dir(name)
-        if jobdir.exists():
-            return self._adopt(name, labels, job)
-        # Secret values are read before the folder exists: a missing one leaves nothing behind.
-        handed = self._handed(job)
-        self.root.mkdir(parents=True, exist_ok=True)
-        # Build the whole folder under a temporary name, then rename it into place: the
-        # rename is atomic and fails if the name exists, so of two racing submits exactly
-        # one creates the job and no reader ever sees a folder without its labels.
-        staging = self.root / f".staging-{name}-{uuid.uuid4().hex[:8]}"
-        staging.mkdir()
-        try:
-            (staging / layout.LOGS).mkdir()
-            (staging / layout.OUTPUTS).mkdir()
-            layout.write_json(staging / layout.SPEC, stored_spec(job))  # references, no secret values
-            layout.write_json(staging / layout.LABELS, dict(labels))
-            layout.write_json(staging / layout.ANNOTATIONS, dict(annotations or {}))
-            (staging / UID).write_text(str(uuid.uuid4()))
-            layout.write_json(
-                staging / layout.STATE,
-                JobStatus(state=JobState.PENDING, created=_now()).model_dump(mode="json"),
-            )
-            try:
-                os.rename(staging, jobdir)
-            except OSError:
-                if jobdir.exists():
-                    return self._adopt(name, labels, job)
-                raise
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
-        self._start_supervisor(name, jobdir, handed)
-        return True
-
-    def _handed(self, job: DLCJob) -> bytes | None:
-        """What the supervisor gets on its stdin, never on disk: the job's secret env values
-        (Airflow sources, local stand-ins of Secrets, secret literals) and what to mask."""
-        values = local_values(job, self.root)
-        if not values:
+    def lookup(self, name: str) -> JobRef | None:
+        found = self.folders.find({LABEL_JOB: name})
+        if not found:
             return None
-        return json.dumps({"env": values, "mask": maskable(v for d in values.values() for v in d.values())}).encode()
+        return self.ref(None, name, int(self.folders.labels(name).get(LABEL_ATTEMPT, "1")))
 
-    def _adopt(self, name: str, labels: dict[str, str], job: DLCJob | None = None) -> bool:
-        """This task's job of that name exists: keep it, and start its supervisor if the
-        submit that made the folder was cut short before it did (True: started now)."""
-        jobdir = self.root / name
-        existing = layout.read_json(jobdir / layout.LABELS, {}) or {}
-        mine, theirs = labels.get(LABEL_TASK_KEY), existing.get(LABEL_TASK_KEY)
-        if mine != theirs:
-            raise LocalOwnershipError(
-                f"local job {name} under {self.root} belongs to task key {theirs!r}, not {mine!r}: "
-                f"use another job name, or delete the old job (LocalRunner.delete)"
-            )
-        if not (jobdir / SUPERVISOR_STARTED).exists() and not self.status(name).terminal:
-            return self._start_supervisor(name, jobdir, self._handed(job) if job is not None else None)
-        return False
+    def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
+        try:  # a job cloned outside Airflow lands here unchecked: refuse what cannot run locally
+            LocalBackend().check(job)
+        except BackendError as exc:
+            raise SubmitError(str(exc), permanent=True) from None
+        created = self.folders.submit(job, name, job_labels(name, identity, attempt), job_annotations(identity))
+        return self.ref(job, name, attempt), created
 
-    def uid(self, name: str) -> str:
-        """The job folder's unique id ('' when there is no such job)."""
-        try:
-            return (self._dir(name) / UID).read_text().strip()
-        except OSError:
-            return ""
+    def status(self, ref: JobRef) -> JobStatus:
+        return self.folders.status(ref.name)
 
-    def claim(self, name: str, try_number: int) -> None:
-        """Record that task try `try_number` now owns job `name`."""
-        layout.write_json(self._dir(name) / CLAIM, {"try": int(try_number)})
+    def follow(self, ref: JobRef) -> StatusFollower:
+        """The job's state file, read every 50 ms (a local file: cheap)."""
+        return StatusFollower(self, ref, interval=0.05)
 
-    def owner_try(self, name: str) -> int | None:
-        """The newest task try that made or adopted job `name` (None: no such job)."""
-        jobdir = self._dir(name)
-        labels = layout.read_json(jobdir / layout.LABELS, None)
-        if labels is None:
-            return None
-        claim = layout.read_json(jobdir / CLAIM, {}) or {}
-        tries = [int(str(v)) for v in (labels.get(LABEL_TRY), claim.get("try")) if str(v or "").isdigit()]
-        return max(tries) if tries else None
+    def logs(self, ref: JobRef, since: LogPositions | None = None,
+             replicas: Sequence[Replica] | None = None) -> tuple[list[LogLine], LogPositions]:
+        return self.folders.read_logs(ref.name, since)
 
-    def _start_supervisor(self, name: str, jobdir: Path, handed: bytes | None = None) -> bool:
-        """Start the job's supervisor unless one was started already (False then); `handed`
-        goes to its stdin (a pipe: the values never touch the disk)."""
-        try:
-            os.close(os.open(jobdir / SUPERVISOR_STARTED, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except FileExistsError:
-            return False
-        argv = [self.python, "-m", "dlc_airflow.local.supervisor", str(jobdir)]
-        try:
-            with open(jobdir / layout.SUPERVISOR_LOG, "ab") as log:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=jobdir,
-                    stdin=subprocess.PIPE if handed else subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # detached: survives the task process and its signals
-                    close_fds=True,
-                )
-            if handed and proc.stdin is not None:
-                try:  # it reads its stdin first thing; one that died is reported as SupervisorLost
-                    proc.stdin.write(handed)
-                    proc.stdin.close()
-                except OSError:
-                    pass
-        except OSError as exc:
-            message = f"cannot start the local supervisor ({argv[0]}): {exc.strerror or exc}"
-            self._write_final(jobdir, JobState.FAILED, SUPERVISOR_START_FAILED, message)
-            raise LocalJobError(f"local job {name}: {message}") from None
-        self._children[name] = proc
-        identity = jobdir / layout.SUPERVISOR
-        if not identity.exists():
-            layout.write_json(identity, {"pid": proc.pid, "start": procs.start_time(proc.pid)})
-        return True
+    def outputs(self, ref: JobRef, replicas: Sequence[Replica] | None = None) -> Outputs:
+        return self.folders.outputs(ref.name)
 
-    # -- reading ----------------------------------------------------------------------
-    def find(self, selector: dict[str, str]) -> list[str]:
-        """Names of the jobs whose labels contain `selector`, oldest first."""
-        if not self.root.is_dir():
-            return []
+    def stop(self, ref: JobRef) -> int:
+        return 1 if self.folders.stop(ref.name) else 0
+
+    def delete(self, ref: JobRef) -> None:
+        self.folders.delete(ref.name)
+
+    def claim(self, ref: JobRef, try_number: int) -> None:
+        self.folders.claim(ref.name, try_number)
+
+    def owner_try(self, ref: JobRef) -> int | None:
+        return self.folders.owner_try(ref.name)
+
+    def jobs(self, dag_id: str | None = None, task_id: str | None = None,
+             run_id: str | None = None) -> list[JobInfo]:
         found = []
-        for entry in os.scandir(self.root):
-            if entry.name.startswith(".") or entry.name == "volumes" or not entry.is_dir():
-                continue
-            path = Path(entry.path)
-            labels = layout.read_json(path / layout.LABELS, None)
-            if labels is None:
-                continue
-            if all(labels.get(k) == v for k, v in selector.items()):
-                created = self._state(path).get("created") or ""
-                found.append((created, entry.name))
-        return [name for _created, name in sorted(found)]
+        for name in self.folders.find({MANAGED_BY: MANAGER}):
+            labels = self.folders.labels(name)
+            ref = self.ref(None, name, attempt_of(labels))
+            info = JobInfo.of(ref, labels, self.folders.annotations(name), self.folders.status(name).created)
+            if info.matches(dag_id, task_id, run_id):
+                found.append(info)
+        return found
 
-    def annotations(self, name: str) -> dict[str, str]:
-        """The unabridged task ids (labels are cut to fit, as on Kubernetes); {} for older jobs."""
-        return layout.read_json(self._dir(name) / layout.ANNOTATIONS, {}) or {}
+    def replicas(self, ref: JobRef) -> list[Replica]:
+        """From the supervisor's record; a replica still marked running when the job ended was
+        ended with it."""
+        finished = self.folders.status(ref.name).finished
+        found = []
+        for key, data in self.folders.replica_states(ref.name).items():
+            role, _, index = key.rpartition("-")
+            phase = data.get("phase") or "pending"
+            ended = parse_time(data.get("ended")) or (finished if phase in ("running", "health") else None)
+            found.append(Replica(
+                name=key, role=role, index=int(index) if index.isdigit() else 0, state=_REPLICA_STATES.get(phase, phase),
+                started=parse_time(data.get("began")), finished=ended, exit_code=data.get("exit_code"),
+                restarts=int(data.get("restarts") or 0), node="localhost", uid=str(data.get("pid") or "")))
+        return found
 
-    def spec(self, name: str) -> dict[str, Any] | None:
-        """spec.json: the spec with secret sources as references and secret literals hidden."""
-        return layout.read_json(self._dir(name) / layout.SPEC, None)
+    # -- capabilities: SpecKeeper, SecretReader ----------------------------------------------
+    def spec(self, ref: JobRef) -> JSONDict | None:
+        return self.folders.spec(ref.name)
 
-    def replica_states(self, name: str) -> dict[str, dict[str, Any]]:
-        """The supervisor's record of each replica (state.json), by `<role>-<index>`."""
-        return dict(self._state(self._dir(name)).get("replicas") or {})
-
-    def labels(self, name: str) -> dict[str, str]:
-        labels = layout.read_json(self._dir(name) / layout.LABELS, None)
-        if labels is None:
-            raise LocalJobError(f"no local job {name} under {self.root}")
-        return labels
-
-    def status(self, name: str) -> JobStatus:
-        """The job's status; STOPPED/NotFound when there is no such job.
-
-        A supervisor that died without writing a final state makes the job FAILED
-        (SupervisorLost): its replicas are killed and that state is written for good.
-        """
-        jobdir = self._dir(name)
-        if not jobdir.is_dir():
-            return JobStatus(state=JobState.STOPPED, reason=reasons.NOT_FOUND,
-                             message=f"no local job {name} under {self.root}")
-        child = self._children.get(name)
-        if child is not None and child.poll() is not None:
-            self._children.pop(name, None)  # reaped: no zombie left behind
-        data = self._state(jobdir)
-        status = JobStatus.model_validate(data) if data else JobStatus(state=JobState.PENDING)
-        if status.terminal:
-            return status
-        lost = self._supervisor_lost(jobdir, status)
-        if lost is None:
-            return status
-        # It may have written its final state just before exiting: look once more.
-        data = self._state(jobdir)
-        status = JobStatus.model_validate(data)
-        if status.terminal:
-            return status
-        self._kill_replicas(data, grace=0.0)
-        return self._write_final(jobdir, JobState.FAILED, SUPERVISOR_LOST, lost)
-
-    def _supervisor_lost(self, jobdir: Path, status: JobStatus) -> str | None:
-        """Why the supervisor is gone, or None while it runs (or is still starting)."""
-        identity = layout.read_json(jobdir / layout.SUPERVISOR, None)
-        if identity is None:
-            created = status.created or _now()
-            if _now() - created < timedelta(seconds=SUPERVISOR_START_TIMEOUT):
-                return None
-            return (f"the supervisor of local job {jobdir.name} never started "
-                    f"(see {jobdir / layout.SUPERVISOR_LOG})")
-        if procs.alive(identity.get("pid"), identity.get("start")):
-            return None
-        from dlc_airflow.local.supervise import log_tail
-
-        tail = log_tail(jobdir / layout.SUPERVISOR_LOG)
-        return (f"the supervisor (pid {identity.get('pid')}) of local job {jobdir.name} died without "
-                f"writing a final state; its replicas were killed"
-                + (f"; {layout.SUPERVISOR_LOG}:\n{tail}" if tail else ""))
-
-    def _kill_replicas(self, state: dict, grace: float) -> None:
-        groups = [
-            info["pid"]
-            for info in (state.get("replicas") or {}).values()
-            if info.get("pid") and procs.alive(info["pid"], info.get("start"))
-        ]
-        procs.kill_groups(groups, grace)
-
-    def _write_final(self, jobdir: Path, state: JobState, reason: str, message: str) -> JobStatus:
-        data = self._state(jobdir)
-        previous = JobStatus.model_validate(data) if data else JobStatus(state=JobState.PENDING)
-        final = previous.model_copy(update={
-            "state": state, "reason": reason, "message": message, "finished": _now(),
-        })
-        for counts in final.roles.values():
-            counts.active = 0
-        out = final.model_dump(mode="json")
-        out["replicas"] = data.get("replicas", {})
-        layout.write_json(jobdir / layout.STATE, out)
-        return final
-
-    # -- stop / delete ----------------------------------------------------------------
-    def stop(self, name: str, reason: str = reasons.STOPPED) -> bool:
-        """Kill every replica's process group (SIGTERM, SIGKILL after grace); final STOPPED.
-
-        Idempotent; a job that already ended keeps its final state. True when this call
-        stopped it, False when it was gone or had ended already.
-        """
-        jobdir = self._dir(name)
-        if not jobdir.is_dir() or self.status(name).terminal:
-            return False
-        layout.write_json(jobdir / layout.STOP, {"reason": reason, "grace": self.grace_seconds})
-        identity = layout.read_json(jobdir / layout.SUPERVISOR, None) or {}
-        pid, started = int(identity.get("pid") or 0), identity.get("start")
-        if pid and procs.alive(pid, started):
+    def secret_values(self, refs: Sequence[SecretKeyRef], log: Log) -> list[str]:
+        """The local stand-ins of the Secret sources (those that exist)."""
+        values = []
+        for ref in refs:
             try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            deadline = time.monotonic() + self.grace_seconds + 5.0
-            while time.monotonic() < deadline:
-                child = self._children.get(name)
-                if child is not None:
-                    child.poll()
-                if JobStatus.model_validate(self._state(jobdir)).terminal:
-                    return True  # the supervisor wrote STOPPED
-                if not procs.alive(pid, started):
-                    break
-                time.sleep(0.02)
-            if procs.alive(pid, started):  # hung: take over
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        data = self._state(jobdir)
-        if JobStatus.model_validate(data).terminal:
-            return True  # the supervisor wrote STOPPED as it went
-        self._kill_replicas(data, grace=self.grace_seconds)
-        self._write_final(jobdir, JobState.STOPPED, reason, f"stopped: {reason}")
-        return True
-
-    def delete(self, name: str) -> None:
-        """Stop the job if it runs, then remove its folder."""
-        jobdir = self._dir(name)
-        if not jobdir.is_dir():
-            return
-        self.stop(name, reason=reasons.DELETED)
-        # rename first: the name is free at once and no reader sees a half-deleted folder
-        trash = self.root / f".deleted-{name}-{uuid.uuid4().hex[:8]}"
-        try:
-            os.rename(jobdir, trash)
-        except FileNotFoundError:
-            return
-        shutil.rmtree(trash, ignore_errors=True)
-        self._children.pop(name, None)
-
-    # -- logs and outputs -------------------------------------------------------------
-    def read_logs(
-        self, name: str, offsets: dict[str, int] | None = None
-    ) -> tuple[list[tuple[str, str]], dict[str, int]]:
-        """New log lines since `offsets` as (replica, line), and the offsets to pass next time.
-
-        Only whole lines are returned while the job runs; a final line without a newline
-        comes once the job has ended.
-        """
-        offsets = dict(offsets or {})
-        jobdir = self._dir(name)
-        logs = jobdir / layout.LOGS
-        if not logs.is_dir():
-            return [], offsets
-        ended = JobStatus.model_validate(self._state(jobdir) or {"state": "PENDING"}).terminal
-        lines: list[tuple[str, str]] = []
-        for path in sorted(logs.glob("*.log"), key=_replica_order):
-            replica = path.stem
-            start = offsets.get(replica, 0)
-            with open(path, "rb") as handle:
-                handle.seek(start)
-                data = handle.read(MAX_LOG_READ)
-            if not data:
+                values.append(local_secret(Entry("env", "?", ref, "?"), ref, self.folders.root))
+            except SecretSourceError:
                 continue
-            cut = len(data) if (ended and len(data) < MAX_LOG_READ) else data.rfind(b"\n") + 1
-            if cut <= 0:
-                continue
-            text = data[:cut].decode("utf-8", errors="replace")
-            lines.extend((replica, line) for line in text.splitlines())
-            offsets[replica] = start + cut
-        return lines, offsets
-
-    def outputs(self, name: str) -> dict[str, Any]:
-        """Metrics and outputs the replicas reported; the coordinator's win on conflicts."""
-        from dlc_airflow import wiring
-        from dlc_airflow.runtime.metrics import read_outputs
-
-        jobdir = self._dir(name)
-        merged: dict[str, Any] = {"metrics": {}, "outputs": {}}
-        folder = jobdir / layout.OUTPUTS
-        if not folder.is_dir():
-            return merged
-        lead = None
-        spec = layout.read_json(jobdir / layout.SPEC, None)
-        if spec is not None:
-            lead = layout.replica_key(wiring.coordinator(DLCJob.model_validate(spec)), 0)
-        files = sorted(folder.glob("*.json"), key=_replica_order)
-        # merge the coordinator last, so its values win
-        files.sort(key=lambda p: p.stem == lead)
-        for path in files:
-            doc = read_outputs(path)
-            merged["metrics"].update(doc["metrics"])
-            merged["outputs"].update(doc["outputs"])
-        return merged
+        return values
 
 
-def _replica_order(path: Path) -> tuple[str, int]:
-    role, _, index = path.stem.rpartition("-")
-    return (role, int(index)) if index.isdigit() else (path.stem, -1)
+# the supervisor's replica phases in the words pods use
+_REPLICA_STATES = {"pending": "Pending", "health": "Running", "running": "Running", "backoff": "Pending",
+                   "succeeded": "Succeeded", "failed": "Failed", "stopped": "Stopped"}

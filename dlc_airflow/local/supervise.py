@@ -20,13 +20,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from dlc_airflow import reasons
+from dlc_airflow import jobfolder, reasons
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.local import jobdir as layout
 from dlc_airflow.local import policy, procs
 from dlc_airflow.local.plan import PlannedReplica, plan_replicas
 from dlc_airflow.local.policy import Action
 from dlc_airflow.local.volumes import map_mounts
-from dlc_airflow.secrets import HIDDEN, entries, redactor, with_values
+from dlc_airflow.secrets.mask import redactor
+from dlc_airflow.secrets.resolve import HIDDEN, entries, with_values
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, parse_time
 
@@ -92,7 +94,7 @@ class Replica:
 
     plan: PlannedReplica
     phase: str = "pending"  # pending, health, running, backoff, succeeded, failed, stopped
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     started_at: int | None = None  # kernel start time of proc
     restarts: int = 0
     failures: int = 0
@@ -146,9 +148,9 @@ class JobFailed(Exception):
 
 
 class Supervisor:
-    def __init__(self, jobdir: Path, stop_signal: list[int], handed: dict | None = None) -> None:
+    def __init__(self, jobdir: Path, stop_signal: list[int], handed: JSONObject | None = None) -> None:
         self.jobdir = jobdir
-        # the job's secret env values, from LocalRunner through our stdin (never on disk)
+        # the job's secret env values, from JobFolders.submit through our stdin (never on disk)
         self.handed: dict[str, dict[str, str]] = dict((handed or {}).get("env") or {})
         self.redact: Callable[[bytes], bytes] | None = redactor((handed or {}).get("mask") or [])
         self.root = jobdir.parent
@@ -159,12 +161,12 @@ class Supervisor:
         self.state = JobState.PENDING
         self.reason = ""
         self.message = ""
-        previous = layout.read_json(jobdir / layout.STATE, {}) or {}
+        previous = jobfolder.read_json(jobdir / layout.STATE, {}) or {}
         self.created: datetime = parse_time(previous.get("created")) or now()
         self.started: datetime | None = None
         self.finished: datetime | None = None
         self.previous_state = previous.get("state")
-        self._last_written: dict | None = None
+        self._last_written: JSONObject | None = None
         self._logs: dict[str, IO[bytes]] = {}
 
     # -- state.json -------------------------------------------------------------------
@@ -205,7 +207,7 @@ class Supervisor:
             for r in self.replicas
         }
         if data != self._last_written:
-            layout.write_json(self.jobdir / layout.STATE, data)
+            jobfolder.write_json(self.jobdir / layout.STATE, data)
             self._last_written = data
 
     def note(self, replica: Replica, text: str) -> None:
@@ -215,9 +217,9 @@ class Supervisor:
 
     # -- setup ------------------------------------------------------------------------
     def load(self) -> DLCJob:
-        data = layout.read_json(self.jobdir / layout.SPEC)
+        data = jobfolder.read_json(self.jobdir / jobfolder.SPEC)
         if data is None:
-            raise JobFailed(policy.INVALID_SPEC, f"{self.jobdir / layout.SPEC} is missing")
+            raise JobFailed(policy.INVALID_SPEC, f"{self.jobdir / jobfolder.SPEC} is missing")
         job = DLCJob.model_validate(data)
         missing = [e.field for e in entries(job)
                    if (not isinstance(e.value, str) or e.value == HIDDEN) and e.name not in self.handed.get(e.where, {})]
@@ -415,11 +417,11 @@ class Supervisor:
 
     # -- the run ----------------------------------------------------------------------
     def stop_reason(self) -> str:
-        request = layout.read_json(self.jobdir / layout.STOP, None) or {}
+        request = jobfolder.read_json(self.jobdir / layout.STOP, None) or {}
         return str(request.get("reason") or reasons.STOPPED)
 
     def stop_grace(self) -> float:
-        request = layout.read_json(self.jobdir / layout.STOP, None) or {}
+        request = jobfolder.read_json(self.jobdir / layout.STOP, None) or {}
         try:
             return float(request.get("grace", grace_seconds()))
         except (TypeError, ValueError):
@@ -452,7 +454,7 @@ class Supervisor:
     def write_identity(self) -> None:
         path = self.jobdir / layout.SUPERVISOR
         if not path.exists():  # the runner writes it too; the same values either way
-            layout.write_json(path, {"pid": os.getpid(), "start": procs.start_time(os.getpid())})
+            jobfolder.write_json(path, {"pid": os.getpid(), "start": procs.start_time(os.getpid())})
 
     def supervise(self) -> int:
         job = self.load()

@@ -1,6 +1,6 @@
 """The detached supervisor of one local job: `python -m dlc_airflow.local.supervisor <jobdir>`.
 
-LocalRunner.submit starts it in its own session, so it outlives the task process that
+JobFolders.submit (local/jobs.py) starts it in its own session, so it outlives the task process that
 submitted the job (deferral, a worker restart, a retry that adopts the job). It:
 
 1. reads spec.json and maps volumes to local folders (dlc_airflow.local.volumes), clones
@@ -12,7 +12,7 @@ submitted the job (deferral, a worker restart, a retry that adopts the job). It:
    submitting process are dropped first (wiring.is_wired), and the folder of the
    interpreter running Airflow goes first on PATH (as if its virtualenv were activated), so
    `python` in a job's command is the environment's, as the image's would be on a cluster;
-   the MPI/DeepSpeed hostfile (wiring.hostfile_spec: presence and slots, as on native) is
+   the MPI/DeepSpeed hostfile (spec.hostfile_spec: presence and slots, as on native) is
    written to <jobdir>/hostfile;
 3. runs each replica in its own process group: health_check.command once, then the
    main command, stdout+stderr appended to logs/<role>-<i>.log;
@@ -26,7 +26,7 @@ submitted the job (deferral, a worker restart, a retry that adopts the job). It:
    chief (worker 0 without a chief); the replicas still running then (parameter servers,
    evaluators, other workers) are stopped with the grace period (SIGTERM, then SIGKILL)
    and recorded as stopped, not failed;
-6. writes state.json atomically at every change, and on SIGTERM (LocalRunner.stop)
+6. writes state.json atomically at every change, and on SIGTERM (JobFolders.stop)
    kills every replica's process group (SIGTERM, SIGKILL after the grace period) and
    ends STOPPED.
 
@@ -45,6 +45,8 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+
+from dlc_airflow.jsonvalue import JSONObject
 
 # Set by SIGTERM/SIGINT; installed before the heavy imports so a stop is never lost.
 _stop_signal: list[int] = []
@@ -67,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     return Supervisor(Path(args[0]).resolve(), _stop_signal, handed).run()
 
 
-def _handed() -> dict:
-    """The secret values LocalRunner writes to our stdin ({} with none, or at a terminal)."""
+def _handed() -> JSONObject:
+    """The secret values JobFolders.submit writes to our stdin ({} with none, or at a terminal)."""
     import json
 
     if sys.stdin is None or sys.stdin.isatty():

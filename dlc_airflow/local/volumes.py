@@ -70,7 +70,8 @@ class LocalMounts:
         return self.rewrite(path) != path
 
 
-def _shared(root: Path, kind: str, name: str) -> Path:
+def shared_folder(root: Path, kind: str, name: str) -> Path:
+    """A mount folder shared by the local jobs of `root` (pvc, nfs, config_map, secret)."""
     return root / "volumes" / f"{kind}-{slug(name, 60)}"
 
 
@@ -90,16 +91,16 @@ def plan_mounts(job: DLCJob, root: Path, jobdir: Path) -> LocalMounts:
         if mount.type == "host_path":
             folder = Path(mount.path)
         elif mount.type == "pvc":
-            folder = _shared(root, "pvc", mount.claim_name)
+            folder = shared_folder(root, "pvc", mount.claim_name)
         elif mount.type == "nfs":
-            folder = _shared(root, "nfs", f"{mount.server}-{mount.path}")
+            folder = shared_folder(root, "nfs", f"{mount.server}-{mount.path}")
         elif mount.type == "csi":
             attributes = ",".join(f"{k}={v}" for k, v in sorted(mount.volume_attributes.items()))
             folder = root / "volumes" / f"csi-{slug(mount.driver, 40)}-{digest(mount.driver, attributes, length=8)}"
         elif mount.type == "config_map":
-            folder = _shared(root, "config_map", mount.name)
+            folder = shared_folder(root, "config_map", mount.name)
         elif mount.type == "secret":
-            folder = _shared(root, "secret", mount.name)
+            folder = shared_folder(root, "secret", mount.name)
         else:  # empty_dir
             folder = jobdir / "volumes" / f"empty_dir-{number}"
         if mount.sub_path:

@@ -25,9 +25,10 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from dlc_airflow import naming, reasons, wiring
-from dlc_airflow.backends.base import BackendError
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType, ordered_roles
-from dlc_airflow.k8s.pods import COMPLETION_INDEX  # the annotation the waits read a pod's index from
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.runner import Replica, replica_order
 from dlc_airflow.spec import CSIMount, DLCJob, NFSMount, is_templated
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, parse_time
 
@@ -105,10 +106,15 @@ class PaiBackend:
         check(job)
 
     def render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int,
-               **defaults: Any) -> dict[str, Any]:
+               **defaults: Any) -> JSONObject:
         return render(job, name, identity, attempt, **defaults)
 
-    def status(self, data: dict[str, Any]) -> JobStatus:
+    def preview(self, job: DLCJob, name: str) -> list[JSONObject]:
+        """What `dlc-airflow render` prints: the CreateJob request (the workspace is the
+        connection's, filled in at submit)."""
+        return [{"request": "CreateJob", "body": render(job, name, None, 1, workspace_id="<the connection's workspace>")}]
+
+    def status(self, data: JSONObject) -> JobStatus:
         return status(data)
 
 
@@ -265,7 +271,7 @@ def _check_metadata(job: DLCJob) -> None:
 
 # -- render --------------------------------------------------------------------------------
 def render(job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int, *,
-           workspace_id: str | None = None, resource_id: str | None = None) -> dict[str, Any]:
+           workspace_id: str | None = None, resource_id: str | None = None) -> JSONObject:
     """The CreateJobRequest fields for `job` (the API's names; see docs/pai.md).
 
     `resource_id` is the connection's default quota, used when scheduling.queue is unset.
@@ -275,7 +281,7 @@ def render(job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt
     ecs = _ecs_specs(job)
     roles = ordered_roles(job.roles)
     specs = [_job_spec(job, role, quota, ecs.get(role)) for role in roles]
-    fields: dict[str, Any] = {
+    fields: JSONObject = {
         "DisplayName": name,
         "JobType": JOB_TYPE_MAP[job.type],
         "JobSpecs": specs,
@@ -308,8 +314,8 @@ def role_type(job: DLCJob, role: str) -> str:
     return ROLE_TYPES[role]
 
 
-def _job_spec(job: DLCJob, role: str, quota: str | None, ecs_spec: str | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
+def _job_spec(job: DLCJob, role: str, quota: str | None, ecs_spec: str | None) -> JSONObject:
+    spec: JSONObject = {
         "Type": role_type(job, role),
         "PodCount": job.roles[role].replicas,
         "Image": job.role_image(role),
@@ -330,7 +336,7 @@ def _job_spec(job: DLCJob, role: str, quota: str | None, ecs_spec: str | None) -
     if job.scheduling.spot == "require":
         spec["UseSpotInstance"] = True
     if job.scheduling.include_nodes or job.scheduling.exclude_nodes:
-        nodes: dict[str, Any] = {"EnableAssignNode": True}
+        nodes: JSONObject = {"EnableAssignNode": True}
         if job.scheduling.include_nodes:
             nodes["NodeNames"] = ",".join(job.scheduling.include_nodes)
         if job.scheduling.exclude_nodes:
@@ -411,7 +417,7 @@ def role_command(job: DLCJob, role: str) -> str:
     return "; ".join(steps)
 
 
-def data_sources(job: DLCJob) -> list[dict[str, Any]]:
+def data_sources(job: DLCJob) -> list[JSONObject]:
     sources = []
     for mount in job.storage:
         uri = _mount_uri(mount)
@@ -419,7 +425,7 @@ def data_sources(job: DLCJob) -> list[dict[str, Any]]:
             continue
         if mount.sub_path:
             uri = uri.rstrip("/") + "/" + mount.sub_path.strip("/")
-        source: dict[str, Any] = {"Uri": uri, "MountPath": mount.mount_path,
+        source: JSONObject = {"Uri": uri, "MountPath": mount.mount_path,
                                   "MountAccess": "RO" if mount.read_only else "RW"}
         if isinstance(mount, CSIMount) and mount.volume_attributes.get("otherOpts"):
             source["Options"] = mount.volume_attributes["otherOpts"]
@@ -442,10 +448,10 @@ def _mount_uri(mount: Any) -> str | None:
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
 
-def code_source(job: DLCJob) -> dict[str, Any]:
+def code_source(job: DLCJob) -> JSONObject:
     """CodeSource: the registered code source, at code.revision and code.mount_path when given
     (else the code source's own branch and mount path)."""
-    source: dict[str, Any] = {"CodeSourceId": job.annotations[CODE_SOURCE]}
+    source: JSONObject = {"CodeSourceId": job.annotations[CODE_SOURCE]}
     code = job.code
     if code is not None:
         source["MountPath"] = code.mount_path
@@ -467,8 +473,8 @@ def find_tags(identity: naming.TaskIdentity) -> dict[str, str]:
     return naming.task_labels(identity)
 
 
-def _settings(job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int) -> dict[str, Any]:
-    settings: dict[str, Any] = {"Tags": tags(job, name, identity, attempt)}
+def _settings(job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int) -> JSONObject:
+    settings: JSONObject = {"Tags": tags(job, name, identity, attempt)}
     if job.fault_tolerance.max_restarts:
         # AIMaster watches the job and restarts it up to max_restarts times
         settings["EnableErrorMonitoringInAIMaster"] = True
@@ -490,7 +496,7 @@ def _description(identity: naming.TaskIdentity | None) -> str:
 
 
 # -- status --------------------------------------------------------------------------------
-def status(data: dict[str, Any]) -> JobStatus:
+def status(data: JSONObject) -> JobStatus:
     """JobStatus from a GetJob response body or a ListJobs item (the API's field names)."""
     raw = data.get("Status") or ""
     state, reason = STATUS_MAP.get(raw, (JobState.PENDING, f"Unknown:{raw}"))
@@ -517,13 +523,13 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
-def role_name(data: dict[str, Any], dlc_type: str) -> str:
+def role_name(data: JSONObject, dlc_type: str) -> str:
     """Our role name for a DLC JobSpec / pod Type."""
     custom = ((data.get("Settings") or {}).get("Tags") or {}).get(CUSTOM_ROLE)
     return custom or dlc_type.lower()
 
 
-def role_counts(data: dict[str, Any]) -> dict[str, RoleCounts]:
+def role_counts(data: JSONObject) -> dict[str, RoleCounts]:
     counts: dict[str, RoleCounts] = {}
     for spec in data.get("JobSpecs") or []:
         role = role_name(data, spec.get("Type") or "worker")
@@ -540,7 +546,7 @@ def role_counts(data: dict[str, Any]) -> dict[str, RoleCounts]:
     return counts
 
 
-def restarts(data: dict[str, Any]) -> int:
+def restarts(data: JSONObject) -> int:
     """RestartTimes reads '<used>/<max>' (or just '<used>'); else the restart records."""
     raw = str(data.get("RestartTimes") or "").split("/")[0].strip()
     if raw.isdigit():
@@ -548,8 +554,13 @@ def restarts(data: dict[str, Any]) -> int:
     return len(data.get("RestartRecord") or [])
 
 
-def pods(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The job's pods as the waits read pods (metadata.name, role label, index, phase)."""
+# Replica.detail keys: the pod's id and uid (GetPodLogs), and when it started (the first log read)
+POD_ID, POD_UID, STARTED = "pod", "uid", "started"
+
+
+def replicas(data: JSONObject) -> list[Replica]:
+    """The job's pods (GetJob's Pods) as replicas, `<role>-<index>` (the index from the pod id's
+    tail, else counted per role), coordinator first."""
     found = []
     seen: dict[str, int] = {}
     for pod in data.get("Pods") or []:
@@ -558,19 +569,12 @@ def pods(data: dict[str, Any]) -> list[dict[str, Any]]:
         tail = pod_id.rsplit("-", 1)[-1]
         index = int(tail) if tail.isdigit() else seen.get(role, 0)
         seen[role] = index + 1
-        found.append({
-            "metadata": {"name": pod_id, "uid": pod.get("PodUid") or "",
-                         "labels": {naming.LABEL_ROLE: role}, "annotations": {COMPLETION_INDEX: str(index)}},
-            "status": {"phase": pod.get("Status") or "Pending", "startTime": pod.get("GmtStartTime")},
-        })
-    return found
+        started = pod.get("GmtStartTime") or ""
+        found.append(Replica(name=f"{role}-{index}", role=role, index=index, state=pod.get("Status") or "Pending",
+                             started=_time(started), uid=pod.get("PodUid") or "",
+                             detail={POD_ID: pod_id, POD_UID: pod.get("PodUid") or "", STARTED: started}))
+    return sorted(found, key=replica_order)
 
 
-def replica(pod: dict[str, Any]) -> str:
-    """`<role>-<index>` of a pod from `pods`, the task log's prefix."""
-    meta = pod["metadata"]
-    return f"{meta['labels'][naming.LABEL_ROLE]}-{meta['annotations'][COMPLETION_INDEX]}"
-
-
-def is_terminal(data: dict[str, Any]) -> bool:
+def is_terminal(data: JSONObject) -> bool:
     return (data.get("Status") or "") in TERMINAL_STATUSES

@@ -19,6 +19,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dlc_airflow.jsonvalue import JSONObject
+
 if TYPE_CHECKING:
     from dlc_airflow.pai.settings import PaiSettings
 
@@ -109,7 +111,7 @@ class PaiClient:
         self.sdk = Client(config)
 
     # -- calls ---------------------------------------------------------------------------
-    def create_job(self, fields: dict[str, Any]) -> str:
+    def create_job(self, fields: JSONObject) -> str:
         request = self.models.CreateJobRequest().from_map(fields)
         body = self._call("CreateJob", self.sdk.create_job, request)
         job_id = body.get("JobId")
@@ -117,10 +119,10 @@ class PaiClient:
             raise PaiError("CreateJob", "the answer has no JobId", connection=self.settings.conn_id)
         return str(job_id)
 
-    def get_job(self, job_id: str) -> dict[str, Any]:
+    def get_job(self, job_id: str) -> JSONObject:
         return self._call("GetJob", self.sdk.get_job, job_id, self.models.GetJobRequest(need_detail=True))
 
-    def list_jobs(self, **query: Any) -> tuple[list[dict[str, Any]], int]:
+    def list_jobs(self, **query: Any) -> tuple[list[JSONObject], int]:
         request = self.models.ListJobsRequest().from_map(query)
         body = self._call("ListJobs", self.sdk.list_jobs, request)
         return list(body.get("Jobs") or []), int(body.get("TotalCount") or 0)
@@ -148,7 +150,7 @@ class PaiClient:
             tag=[self.models.TagResourcesRequestTag(key=k, value=v) for k, v in tags.items()])
         self._call("TagResources", self.sdk.tag_resources, request)
 
-    def _call(self, action: str, method: Any, *args: Any) -> dict[str, Any]:
+    def _call(self, action: str, method: Any, *args: Any) -> JSONObject:
         from darabonba.exceptions import DaraException
 
         self.calls.add(action)

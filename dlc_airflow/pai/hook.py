@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.sdk.bases.hook import BaseHook
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.pai.client import PaiClient, PaiError
 from dlc_airflow.pai.settings import CONN_TYPE, DEFAULT_CONN_ID, PaiConfigError, PaiSettings, settings_from
 
@@ -27,7 +28,7 @@ class PaiHook(BaseHook):
         self.pai_conn_id = pai_conn_id
 
     @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+    def get_ui_field_behaviour(cls) -> JSONObject:
         return {
             "hidden_fields": ["schema", "port"],
             "relabeling": {"login": "AccessKey ID", "password": "AccessKey secret", "host": "Endpoint (optional)"},

@@ -19,8 +19,8 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.pai.client import PaiClient, PaiError
 from dlc_airflow.pai.settings import PaiSettings
 from dlc_airflow.polling import Interest, SharedPoller
@@ -28,7 +28,7 @@ from dlc_airflow.polling import Interest, SharedPoller
 log = logging.getLogger(__name__)
 
 # data: the job's ListJobs item / GetJob body (API field names), or None once it is gone
-Receiver = Callable[[dict[str, Any] | None], None]
+Receiver = Callable[[JSONObject | None], None]
 
 WINDOW = timedelta(days=7)  # ListJobs filters by creation time: look this far before a job was followed
 MISSES_BEFORE_GET = 2
@@ -72,7 +72,7 @@ class WorkspacePoller(SharedPoller[str, _Interest]):
         if not wanted:
             return
         self.polls += 1
-        seen: dict[str, dict[str, Any]] = {}
+        seen: dict[str, JSONObject] = {}
         ids = sorted(wanted)
         size = max(1, self.settings.list_page_size)
         try:
@@ -101,8 +101,8 @@ class WorkspacePoller(SharedPoller[str, _Interest]):
         for job_id in missing:
             self._confirm(job_id)
 
-    def _list(self, chunk: list[str], oldest: datetime) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
+    def _list(self, chunk: list[str], oldest: datetime) -> dict[str, JSONObject]:
+        found: dict[str, JSONObject] = {}
         page = 1
         while True:
             self.requests += 1
@@ -120,7 +120,7 @@ class WorkspacePoller(SharedPoller[str, _Interest]):
     def _confirm(self, job_id: str) -> None:
         try:
             self.requests += 1
-            data: dict[str, Any] | None = self.client.get_job(job_id)
+            data: JSONObject | None = self.client.get_job(job_id)
         except PaiError as exc:
             if not exc.not_found:
                 log.warning("DLC poller: GetJob %s: %s", job_id, exc)

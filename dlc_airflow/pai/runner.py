@@ -1,32 +1,36 @@
 """PaiRunner: the runner contract (dlc_airflow.runner.JobRunner) on a DLC workspace.
 
-A JobRef's namespace is the workspace id and its uid the DLC JobId. Idempotency: the
+A JobRef's place is the workspace id and its uid the DLC JobId. Idempotency: the
 DisplayName is our deterministic job name and the job's tags carry the task identity, so a
 retried task finds its jobs with one ListJobs (Tags filter) and `submit` adopts a job of
 that name instead of creating a second one. DLC creates a job in one call: a refused
 CreateJob leaves nothing behind.
 
-    runner = make_runner("pai_default", None, None)     # reads the dlc_pai connection
+    runner = make_runner(Reach("pai_default"))          # reads the dlc_pai connection
+
+Capabilities: events (GetJobEvents); DLC keeps no spec of ours, and ends every pod of a
+finished job itself (nothing to settle). stop is StopJob (the job stays, Stopped); delete
+stops it, then DeleteJob.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from dlc_airflow import reasons
-from dlc_airflow.backends.base import BackendError
-from dlc_airflow.jobinfo import JobInfo, Replica, replicas_from_pods
+from dlc_airflow.errors import BackendError, OwnershipError, SubmitError
+from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.k8s.kinds import ResourceKind
+from dlc_airflow.jsonvalue import JSON, JSONObject
 from dlc_airflow.naming import LABEL_ATTEMPT, LABEL_JOB, LABEL_TASK_KEY, LABEL_TRY, TaskIdentity
 from dlc_airflow.pai import backend
 from dlc_airflow.pai.client import PaiClient, PaiError
 from dlc_airflow.pai.poller import REGISTRY, PollerRegistry, iso
 from dlc_airflow.pai.settings import PaiSettings, get_connection, settings_from
-from dlc_airflow.runner import LogLines, OnStatus, OwnershipError, SubmitError
+from dlc_airflow.polling import Observed, PolledFollower
+from dlc_airflow.runner import Event, LogLine, LogPositions, Outputs, Reach, Replica, merge_outputs, replica_order
 from dlc_airflow.runtime.metrics import parse_metric_line
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, parse_time
@@ -34,19 +38,17 @@ from dlc_airflow.status import JobState, JobStatus, parse_time
 log = logging.getLogger(__name__)
 
 PAI = backend.NAME
-PAI_KIND = ResourceKind("pai-dlc/2020-12-03", "DLCJob", "jobs", namespaced=True)
 FIND_WINDOW = timedelta(days=30)  # how far back a retried task looks for the jobs it made
 LOG_LINES = 2000  # GetPodLogs' default page
 LOG_OVERLAP = timedelta(seconds=60)  # each log read starts this far before the last one
 LOG_TAIL = 20  # lines remembered per pod to find where the last read ended
 
 
-def make_runner(conn_id: str, namespace: str | None, connection: Any | None) -> PaiRunner:
-    """RUNNER_FACTORIES' entry: the runner of the connection's workspace (`namespace`, the
-    operator's, overrides it). `connection` is an Airflow Connection, or None to read it."""
-    if connection is None:
-        connection = get_connection(conn_id)
-    return PaiRunner(settings_from(conn_id, connection, namespace))
+def make_runner(reach: Reach) -> PaiRunner:
+    """The registry's runner factory: the runner of the connection's workspace (the place a
+    task names overrides it); the connection is read unless the caller has it already."""
+    connection = reach.connection if reach.connection is not None else get_connection(reach.conn_id)
+    return PaiRunner(settings_from(reach.conn_id, connection, reach.place))
 
 
 class PaiRunner:
@@ -55,28 +57,27 @@ class PaiRunner:
     def __init__(self, settings: PaiSettings, client: PaiClient | None = None,
                  registry: PollerRegistry = REGISTRY) -> None:
         self.settings = settings
-        self.namespace = settings.workspace_id
+        self.place = settings.workspace_id
         self.client = client or PaiClient(settings)
         self.registry = registry
 
     # -- refs --------------------------------------------------------------------------
     def ref(self, job: DLCJob | None, name: str, attempt: int = 1, uid: str = "") -> JobRef:
-        return JobRef(name=name, namespace=self.namespace, backend=PAI, kind=PAI_KIND, kinds=(PAI_KIND,),
-                      attempt=attempt, uid=uid)
+        return JobRef(backend=PAI, place=self.place, name=name, attempt=attempt, uid=uid)
 
-    def _ref_of(self, item: dict[str, Any]) -> JobRef:
+    def _ref_of(self, item: JSONObject) -> JobRef:
         tags = _tags(item)
         attempt = tags.get(LABEL_ATTEMPT, "1")
         return self.ref(None, tags.get(LABEL_JOB) or item.get("DisplayName", ""),
                         int(attempt) if attempt.isdigit() else 1, uid=str(item.get("JobId", "")))
 
-    def _list(self, tags: dict[str, str]) -> list[dict[str, Any]]:
+    def _list(self, tags: dict[str, str]) -> list[JSONObject]:
         """Every live job of the workspace carrying `tags` (all pages)."""
-        found: list[dict[str, Any]] = []
+        found: list[JSONObject] = []
         page, size = 1, self.settings.list_page_size
         start = iso(datetime.now(UTC) - FIND_WINDOW)
         while True:
-            items, total = self.client.list_jobs(WorkspaceId=self.namespace, Tags=tags, PageSize=size,
+            items, total = self.client.list_jobs(WorkspaceId=self.place, Tags=tags, PageSize=size,
                                                  PageNumber=page, StartTime=start, SortBy="GmtCreateTime",
                                                  Order="asc")
             found.extend(i for i in items if not i.get("IsDeleted"))
@@ -95,7 +96,7 @@ class PaiRunner:
     # -- submit ------------------------------------------------------------------------
     def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
         try:
-            fields = backend.render(job, name, identity, attempt, workspace_id=self.namespace,
+            fields = backend.render(job, name, identity, attempt, workspace_id=self.place,
                                     resource_id=self.settings.resource_id)
         except BackendError as exc:  # a template rendered into something DLC cannot run
             raise SubmitError(str(exc), permanent=True) from None
@@ -106,13 +107,13 @@ class PaiRunner:
                 theirs, ours = _tags(item).get(LABEL_TASK_KEY), identity.key if identity else None
                 if theirs != ours:
                     raise OwnershipError(f"DLC job {name} ({item.get('JobId')}) already exists in workspace "
-                                         f"{self.namespace} and belongs to another task (task-key {theirs}, ours "
+                                         f"{self.place} and belongs to another task (task-key {theirs}, ours "
                                          f"{ours}); rename the job or stop that one")
                 log.info("adopting existing DLC job %s (%s)", name, item.get("JobId"))
                 return self._ref_of(item), False
             job_id = self.client.create_job(fields)
         except PaiError as exc:
-            raise SubmitError(f"submitting job {name} to DLC workspace {self.namespace} failed: {exc}",
+            raise SubmitError(f"submitting job {name} to DLC workspace {self.place} failed: {exc}",
                               permanent=exc.permanent) from None
         return self.ref(job, name, attempt, uid=job_id), True
 
@@ -123,7 +124,7 @@ class PaiRunner:
         found = self.lookup(ref.name)
         return found.uid if found else None
 
-    def get(self, ref: JobRef) -> dict[str, Any] | None:
+    def get(self, ref: JobRef) -> JSONObject | None:
         """The job's GetJob body; None if it is gone."""
         job_id = self._job_id(ref)
         if not job_id:
@@ -139,43 +140,52 @@ class PaiRunner:
         data = self.get(ref)
         return status_of(ref, data)
 
-    def follow(self, ref: JobRef) -> PaiFollower:
-        return PaiFollower(self, ref)
+    def follow(self, ref: JobRef) -> PolledFollower[str, JSONObject]:
+        """Status changes from the workspace's shared poller (one ListJobs per interval for every
+        job this process follows, no GetJob per job)."""
+        def observe(data: JSONObject | None) -> Observed:
+            return status_of(ref, data), backend.replicas(data or {})
 
-    def logs(self, ref: JobRef, since: dict[str, Any] | None = None,
-             pods: list[dict] | None = None) -> tuple[LogLines, dict[str, Any]]:
-        """New lines of each started pod (GetPodLogs), as (replica, line).
+        return PolledFollower(lambda: self.registry.get(self.settings, self.client), lambda: self._job_id(ref),
+                              observe)
+
+    def logs(self, ref: JobRef, since: LogPositions | None = None,
+             replicas: Sequence[Replica] | None = None) -> tuple[list[LogLine], LogPositions]:
+        """New lines of each started pod (GetPodLogs).
 
         GetPodLogs gives lines without positions: each read starts LOG_OVERLAP before the
         previous one and skips up to the last lines already logged (the pod's tail).
         """
-        positions = {k: dict(v) for k, v in (since or {}).items()}
+        positions = dict(since or {})
         job_id = self._job_id(ref)
         if not job_id:
             return [], positions
-        if pods is None:
-            pods = backend.pods(self.get(ref) or {})
-        lines: LogLines = []
-        for pod in pods:
-            if pod["status"].get("phase") not in ("Running", "Succeeded", "Failed"):
+        if replicas is None:
+            replicas = backend.replicas(self.get(ref) or {})
+        lines: list[LogLine] = []
+        for replica in replicas:
+            if replica.state not in ("Running", "Succeeded", "Failed"):
                 continue
-            pod_id = pod["metadata"]["name"]
-            pos = positions.get(pod_id) or {"since": pod["status"].get("startTime"), "tail": []}
+            pod_id = replica.detail.get(backend.POD_ID, "")
+            pos = positions.get(pod_id)
+            pos = pos if isinstance(pos, dict) else {"since": replica.detail.get(backend.STARTED), "tail": []}
+            since_time, kept = pos.get("since"), pos.get("tail")
+            tail = [str(t) for t in kept] if isinstance(kept, list) else []
             asked = datetime.now(UTC)
             try:
-                got = self.client.pod_logs(job_id, pod_id, start_time=pos.get("since") or None, max_lines=LOG_LINES,
-                                           pod_uid=pod["metadata"].get("uid") or None)
+                got = self.client.pod_logs(job_id, pod_id, start_time=str(since_time) if since_time else None,
+                                           max_lines=LOG_LINES, pod_uid=replica.detail.get(backend.POD_UID) or None)
             except PaiError as exc:
                 log.debug("no logs for %s yet: %s", pod_id, exc)
                 continue
-            new = after_tail(got, pos.get("tail") or [])
-            name = backend.replica(pod)
-            lines.extend((name, line) for line in new)
-            tail = (list(pos.get("tail") or []) + new)[-LOG_TAIL:]
-            positions[pod_id] = {"since": iso(asked - LOG_OVERLAP), "tail": tail}
+            new = after_tail(got, tail)
+            lines.extend(LogLine(replica.name, line) for line in new)
+            kept_tail: list[JSON] = [line for line in [*tail, *new][-LOG_TAIL:]]
+            positions[pod_id] = {"since": iso(asked - LOG_OVERLAP), "tail": kept_tail}
         return lines, positions
 
-    def events(self, ref: JobRef, seen: set[str] | None = None) -> list[dict]:
+    # -- the EventSource capability ----------------------------------------------------
+    def events(self, ref: JobRef, seen: Collection[str] = ()) -> list[Event]:
         job_id = self._job_id(ref)
         if not job_id:
             return []
@@ -184,33 +194,24 @@ class PaiRunner:
         except PaiError as exc:
             log.debug("no events for %s: %s", ref.name, exc)
             return []
-        return [e for e in (event_of(ref, text, i) for i, text in enumerate(raw))
-                if e["metadata"]["uid"] not in (seen or ())]
+        return [e for e in (event_of(ref, text, i) for i, text in enumerate(raw)) if e.uid not in seen]
 
-    def outputs(self, ref: JobRef, pods: list[dict] | None = None) -> dict[str, dict]:
+    def outputs(self, ref: JobRef, replicas: Sequence[Replica] | None = None) -> Outputs:
         """Metrics the coordinator printed (`DLC_METRICS {...}` lines, the latest value of
         each): DLC keeps no termination message, so report_output's outputs stay empty."""
-        merged: dict[str, dict] = {"metrics": {}, "outputs": {}}
-        data = self.get(ref) if pods is None else None
-        candidates = pods if pods is not None else backend.pods(data or {})
+        candidates = replicas if replicas is not None else backend.replicas(self.get(ref) or {})
         if not candidates or not ref.uid:
-            return merged
-        first = sorted(candidates, key=_rank)[0]
+            return merge_outputs([])
+        first = sorted(candidates, key=replica_order)[0]
         try:
-            lines = self.client.pod_logs(ref.uid, first["metadata"]["name"], max_lines=LOG_LINES,
-                                         start_time=first["status"].get("startTime"))
+            lines = self.client.pod_logs(ref.uid, first.detail.get(backend.POD_ID, ""), max_lines=LOG_LINES,
+                                         start_time=first.detail.get(backend.STARTED) or None)
         except PaiError as exc:
             log.debug("no logs for %s outputs: %s", ref.name, exc)
-            return merged
-        for line in lines:
-            if (record := parse_metric_line(line)) is not None:
-                merged["metrics"].update(record)
-        return merged
+            return merge_outputs([])
+        return merge_outputs({"metrics": record} for line in lines if (record := parse_metric_line(line)) is not None)
 
     # -- stop --------------------------------------------------------------------------
-    def settle(self, ref: JobRef) -> list[str]:
-        return []  # DLC ends every pod of a finished job
-
     def stop(self, ref: JobRef) -> int:
         data = self.get(ref)
         if data is None or backend.is_terminal(data) or data.get("Status") == "Stopping":
@@ -250,12 +251,9 @@ class PaiRunner:
                 found.append(info)
         return found
 
-    def spec(self, ref: JobRef) -> dict[str, Any] | None:
-        return None  # a DLC job has no place for our spec (its tags hold 128 characters)
-
     def replicas(self, ref: JobRef) -> list[Replica]:
         data = self.get(ref)
-        return replicas_from_pods(backend.pods(data)) if data else []
+        return backend.replicas(data) if data else []
 
     def owner_try(self, ref: JobRef) -> int | None:
         data = self.get(ref)
@@ -266,10 +264,10 @@ class PaiRunner:
         return max(tries) if tries else None
 
 
-def status_of(ref: JobRef, data: dict[str, Any] | None) -> JobStatus:
+def status_of(ref: JobRef, data: JSONObject | None) -> JobStatus:
     if data is None:
         return JobStatus(state=JobState.STOPPED, reason=reasons.NOT_FOUND,
-                         message=f"DLC job {ref.name} ({ref.uid or 'no id'}) not found in workspace {ref.namespace}")
+                         message=f"DLC job {ref.name} ({ref.uid or 'no id'}) not found in workspace {ref.place}")
     return backend.status(data)
 
 
@@ -285,21 +283,17 @@ def after_tail(lines: list[str], tail: list[str]) -> list[str]:
     return list(lines)
 
 
-def event_of(ref: JobRef, text: str, index: int) -> dict[str, Any]:
-    """A GetJobEvents string in the shape the waits log events in (waiting.describe_event)."""
+def event_of(ref: JobRef, text: str, index: int) -> Event:
+    """A GetJobEvents string as an Event (in DLC's order)."""
     import hashlib
 
     lowered = text.lower()
     warning = any(word in lowered for word in ("fail", "error", "warning", "evict", "oom", "restart"))
-    return {
-        "metadata": {"uid": hashlib.sha256(text.encode()).hexdigest()[:16]},
-        "involvedObject": {"kind": "DLCJob", "name": ref.name},
-        "reason": "DLC", "message": text, "type": "Warning" if warning else "Normal",
-        "lastTimestamp": f"{index:08d}",  # keeps DLC's order
-    }
+    return Event(uid=hashlib.sha256(text.encode()).hexdigest()[:16], time=f"{index:08d}", object=f"DLCJob {ref.name}",
+                 reason="DLC", message=text, warning=warning)
 
 
-def _tags(data: dict[str, Any]) -> dict[str, str]:
+def _tags(data: JSONObject) -> dict[str, str]:
     return {str(k): str(v) for k, v in ((data.get("Settings") or {}).get("Tags") or {}).items()}
 
 
@@ -307,43 +301,3 @@ def _managed() -> dict[str, str]:
     from dlc_airflow.naming import MANAGED_BY, MANAGER
 
     return {MANAGED_BY: MANAGER}
-
-
-def _rank(pod: dict[str, Any]) -> tuple[int, int]:
-    role = pod["metadata"]["labels"].get("dlc-airflow/role", "")
-    index = int(pod["metadata"]["annotations"].get(backend.COMPLETION_INDEX, "0") or 0)
-    return (0 if role in ("master", "chief", "launcher", "head") else 1, index)
-
-
-class PaiFollower:
-    """Reports a job's status changes from the workspace's shared poller (no GetJob per job)."""
-
-    def __init__(self, runner: PaiRunner, ref: JobRef) -> None:
-        self.runner, self.ref = runner, ref
-        self._unsubscribe: Any = None
-        self._last: tuple[Any, ...] | None = None
-        self._lock = threading.Lock()
-
-    def start(self, on_status: OnStatus) -> None:
-        job_id = self.runner._job_id(self.ref)
-        if not job_id:
-            on_status(status_of(self.ref, None), [])
-            return
-        poller = self.runner.registry.get(self.runner.settings, self.runner.client)
-
-        def receive(data: dict[str, Any] | None) -> None:
-            current = status_of(self.ref, data)
-            pods = backend.pods(data or {})
-            key = (current.model_dump_json(), tuple((p["metadata"]["name"], p["status"]["phase"]) for p in pods))
-            with self._lock:
-                if key == self._last:
-                    return
-                self._last = key
-            on_status(current, pods)
-
-        self._unsubscribe = poller.subscribe(job_id, receive)
-
-    def close(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.runner import Connection
 
 CONN_TYPE = "dlc_pai"
 DEFAULT_CONN_ID = "pai_default"
@@ -63,7 +65,7 @@ class PaiSettings:
         return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def _number(extras: dict, name: str, default: float, conn_id: str, *, least: float) -> float:
+def _number(extras: JSONObject, name: str, default: float, conn_id: str, *, least: float) -> float:
     raw = extras.get(name)
     if raw in (None, ""):
         return default
@@ -76,7 +78,7 @@ def _number(extras: dict, name: str, default: float, conn_id: str, *, least: flo
     return value
 
 
-def settings_from(conn_id: str, connection: Any, namespace: str | None = None) -> PaiSettings:
+def settings_from(conn_id: str, connection: Connection | None, namespace: str | None = None) -> PaiSettings:
     """PaiSettings from an Airflow Connection (any object with login, password, host,
     extra_dejson); `namespace` (the operator's) overrides the workspace."""
     extras = dict(getattr(connection, "extra_dejson", None) or {})
@@ -100,8 +102,9 @@ def settings_from(conn_id: str, connection: Any, namespace: str | None = None) -
         raise PaiConfigError(f"connection {conn_id!r}: extra workspace_id is missing: set it to the DLC "
                              "workspace id (the PAI console shows it)")
     endpoint = extras.get("endpoint") or getattr(connection, "host", None) or None
-    if endpoint and getattr(connection, "port", None) and "://" not in str(endpoint) and ":" not in str(endpoint):
-        endpoint = f"{endpoint}:{connection.port}"
+    port = getattr(connection, "port", None)
+    if endpoint and port and "://" not in str(endpoint) and ":" not in str(endpoint):
+        endpoint = f"{endpoint}:{port}"
     interval = _number(extras, "poll_interval", DEFAULT_POLL_INTERVAL, conn_id, least=0.05)
     return PaiSettings(
         conn_id=conn_id, region_id=str(region), workspace_id=str(workspace),
@@ -123,7 +126,7 @@ def _mask(*secrets: str | None) -> None:
             mask_secret(secret)
 
 
-def get_connection(conn_id: str) -> Any:
+def get_connection(conn_id: str) -> Connection:
     from airflow.sdk.bases.hook import BaseHook
 
     try:

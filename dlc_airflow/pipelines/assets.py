@@ -15,7 +15,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.pipelines.layout import DATA, Layout
+
+
+def announce_job(outlets: list[Any], events: Any, result: JSONObject, interval: tuple[Any, Any]) -> None:
+    """An asset event per Asset in a DLC task's `outlets`, saying which job made it and what
+    it reported (`events`: the task context's outlet_events; `interval`: its data interval)."""
+    from airflow.sdk import Asset
+
+    start, end = interval
+    extra = {"job": result["job_name"], "backend": result["backend"], "namespace": result["namespace"],
+             "outputs": result["outputs"], "metrics": result["metrics"],
+             "interval": [start.isoformat(), end.isoformat()] if start and end else None}
+    for outlet in outlets:
+        if isinstance(outlet, Asset):
+            events[outlet].extra = extra
 
 
 def model_asset(storage_root: str, lineage: str) -> Any:

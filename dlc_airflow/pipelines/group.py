@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.pipelines.layout import INTERVAL_KEY_TEMPLATE, Layout
 from dlc_airflow.pipelines.lineage import Gate
 from dlc_airflow.spec import DLCJob, load_job, parse_job
@@ -44,7 +45,7 @@ def _xcom(task_id: str, key: str) -> str:
     return "{{ ti.xcom_pull(task_ids='" + task_id + "')['" + key + "'] }}"
 
 
-def _job(job: DLCJob | dict | str | os.PathLike, what: str) -> DLCJob:
+def _job(job: DLCJob | JSONObject | str | os.PathLike[str], what: str) -> DLCJob:
     if isinstance(job, (str, os.PathLike)):
         path = Path(job)
         if not path.is_absolute():
@@ -57,7 +58,7 @@ def _job(job: DLCJob | dict | str | os.PathLike, what: str) -> DLCJob:
     return parse_job(job, source=f"{what} job")
 
 
-def _with_env(job: DLCJob, what: str, env: dict[str, str]) -> dict[str, Any]:
+def _with_env(job: DLCJob, what: str, env: dict[str, str]) -> JSONObject:
     taken = sorted(set(env) & (set(job.env) | {k for r in job.roles.values() for k in r.env}))
     if taken:
         raise ValueError(f"the {what} job sets {', '.join(taken)} in its env, which the pipeline sets: remove them")
@@ -91,9 +92,9 @@ def _check_arguments(gate: Any, keep_last: Any, operator_kwargs: Any, train_kwar
 
 def training_pipeline(
     *,
-    preprocess: DLCJob | dict | str,
-    train: DLCJob | dict | str,
-    inference: DLCJob | dict | str,
+    preprocess: DLCJob | JSONObject | str,
+    train: DLCJob | JSONObject | str,
+    inference: DLCJob | JSONObject | str,
     storage_root: str,
     lineage: str,
     group_id: str = "pipeline",
@@ -105,8 +106,8 @@ def training_pipeline(
     conn_id: str | None = None,
     namespace: str | None = None,
     local_root: str | None = None,
-    operator_kwargs: dict[str, Any] | None = None,
-    train_kwargs: dict[str, Any] | None = None,
+    operator_kwargs: JSONObject | None = None,
+    train_kwargs: JSONObject | None = None,
     keep_last: int | None = None,
     notify: Any = None,
 ) -> Any:

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
+
 __all__ = [
     "FAILED",
     "RUNNING",
@@ -72,7 +74,7 @@ class LineageError(ValueError):
 class LineageBlocked(LineageError):
     """An earlier interval did not succeed: the later one must not silently skip it."""
 
-    def __init__(self, interval: Interval, blocker: dict[str, Any], blocker_key: str) -> None:
+    def __init__(self, interval: Interval, blocker: JSONObject, blocker_key: str) -> None:
         self.interval, self.blocker, self.blocker_key = interval, blocker, blocker_key
         status = blocker.get("status")
         super().__init__(
@@ -136,11 +138,11 @@ def _now(now: datetime | None) -> str:
     return _utc(now or datetime.now(UTC)).isoformat()
 
 
-def empty_manifest(lineage: str) -> dict[str, Any]:
+def empty_manifest(lineage: str) -> JSONObject:
     return {"version": VERSION, "lineage": lineage, "intervals": {}, "promoted": None, "promotions": []}
 
 
-def check_manifest(manifest: Any, where: str = "manifest") -> dict[str, Any]:
+def check_manifest(manifest: Any, where: str = "manifest") -> JSONObject:
     """The manifest if it is one this version understands, else LineageError."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("intervals"), dict):
         raise LineageError(f"{where} is not a lineage manifest (no 'intervals' mapping); "
@@ -155,7 +157,7 @@ def check_manifest(manifest: Any, where: str = "manifest") -> dict[str, Any]:
     return manifest
 
 
-def _earlier(manifest: dict[str, Any], interval: Interval) -> list[tuple[Interval, str, dict]]:
+def _earlier(manifest: JSONObject, interval: Interval) -> list[tuple[Interval, str, JSONObject]]:
     """Entries that ended at or before `interval` starts, newest end first."""
     found = []
     for key, entry in manifest["intervals"].items():
@@ -165,8 +167,8 @@ def _earlier(manifest: dict[str, Any], interval: Interval) -> list[tuple[Interva
     return sorted(found, key=lambda item: (item[0].end, item[0].start), reverse=True)
 
 
-def resolve_predecessor(manifest: dict[str, Any], interval: Interval, *,
-                        on_unfinished: str = "block") -> tuple[str, dict[str, Any]] | None:
+def resolve_predecessor(manifest: JSONObject, interval: Interval, *,
+                        on_unfinished: str = "block") -> tuple[str, JSONObject] | None:
     """(key, entry) of the interval `interval` resumes from, or None for a fresh start.
 
     The newest successful interval that ended at or before `interval.start`. With
@@ -188,8 +190,8 @@ def resolve_predecessor(manifest: dict[str, Any], interval: Interval, *,
     return None
 
 
-def begin_attempt(manifest: dict[str, Any], interval: Interval, *, run_id: str,
-                  predecessor: tuple[str, dict[str, Any]] | None, now: datetime | None = None) -> dict[str, Any]:
+def begin_attempt(manifest: JSONObject, interval: Interval, *, run_id: str,
+                  predecessor: tuple[str, JSONObject] | None, now: datetime | None = None) -> JSONObject:
     """Mark `interval` running (a new attempt), remembering what it resumes from."""
     out = copy.deepcopy(check_manifest(manifest))
     old = out["intervals"].get(interval.key)
@@ -216,9 +218,9 @@ def begin_attempt(manifest: dict[str, Any], interval: Interval, *, run_id: str,
     return out
 
 
-def finish_attempt(manifest: dict[str, Any], interval: Interval, *, status: str,
-                   checkpoint: str | None = None, metrics: dict[str, Any] | None = None,
-                   error: str | None = None, now: datetime | None = None) -> dict[str, Any]:
+def finish_attempt(manifest: JSONObject, interval: Interval, *, status: str,
+                   checkpoint: str | None = None, metrics: JSONObject | None = None,
+                   error: str | None = None, now: datetime | None = None) -> JSONObject:
     """Record how the running attempt of `interval` ended."""
     if status not in (SUCCEEDED, FAILED):
         raise LineageError(f"an attempt ends {SUCCEEDED} or {FAILED}, not {status!r}")
@@ -259,7 +261,7 @@ class Gate:
         return value >= self.threshold if self.mode == "max" else value <= self.threshold
 
 
-def decide_promotion(manifest: dict[str, Any], interval: Interval, metrics: dict[str, Any],
+def decide_promotion(manifest: JSONObject, interval: Interval, metrics: JSONObject,
                      gate: Gate) -> tuple[bool, bool, str]:
     """(passes, move_pointer, why) for the model of `interval`, a succeeded interval.
 
@@ -285,8 +287,8 @@ def decide_promotion(manifest: dict[str, Any], interval: Interval, metrics: dict
     return True, True, f"{gate.metric}={value:g} passes {op} {gate.threshold:g}"
 
 
-def promote(manifest: dict[str, Any], interval: Interval, *, metric: str | None, value: Any,
-            run_id: str, now: datetime | None = None) -> dict[str, Any]:
+def promote(manifest: JSONObject, interval: Interval, *, metric: str | None, value: Any,
+            run_id: str, now: datetime | None = None) -> JSONObject:
     """Point `promoted` at the checkpoint of `interval` (a succeeded interval); the
     promotion is also appended to `promotions`, the pointer's history."""
     out = copy.deepcopy(check_manifest(manifest))
@@ -300,7 +302,7 @@ def promote(manifest: dict[str, Any], interval: Interval, *, metric: str | None,
     return out
 
 
-def promoted_as_of(manifest: dict[str, Any], interval: Interval) -> dict[str, Any] | None:
+def promoted_as_of(manifest: JSONObject, interval: Interval) -> JSONObject | None:
     """The newest promotion of a model trained on data up to `interval`'s end, or None:
     the model a run of `interval` falls back to when its own does not pass the gate."""
     check_manifest(manifest)
@@ -312,7 +314,7 @@ def promoted_as_of(manifest: dict[str, Any], interval: Interval) -> dict[str, An
     return best
 
 
-def chain(manifest: dict[str, Any]) -> list[tuple[str, str | None, str]]:
+def chain(manifest: JSONObject) -> list[tuple[str, str | None, str]]:
     """(interval, resumed_from, status) for every interval, oldest first: the resume chain."""
     check_manifest(manifest)
     rows = [(Interval.from_key(k), k, e.get("resumed_from"), e["status"]) for k, e in manifest["intervals"].items()]

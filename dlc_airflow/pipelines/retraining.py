@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.pipelines.lineage import Gate
 
 __all__ = ["cadence_timetable", "retraining_dag"]
@@ -54,7 +55,7 @@ def retraining_dag(
     timezone: str = "UTC",
     catchup: bool = False,
     max_active_runs: int | None = None,
-    default_args: dict[str, Any] | None = None,
+    default_args: JSONObject | None = None,
     tags: list[str] | None = None,
     description: str | None = None,
     group_id: str = "retrain",
@@ -76,7 +77,7 @@ def retraining_dag(
         raise ValueError(f"{dag_id}: start_date {start_date} needs a timezone (e.g. tzinfo=timezone.utc)")
     from dlc_airflow.pipelines.group import training_pipeline
 
-    dag_kwargs: dict[str, Any] = dict(
+    dag_kwargs: JSONObject = dict(
         schedule=cadence_timetable(cadence, timezone), start_date=start_date, end_date=end_date,
         catchup=catchup, default_args=default_args or {}, tags=tags or ["dlc-airflow", "retraining"],
         description=description or f"incremental retraining of {lineage or dag_id} every {cadence}",

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.pipelines import lineage as lin
 
 __all__ = ["ManifestStore", "check_openable"]
@@ -57,7 +58,7 @@ class ManifestStore:
 
         return ObjectStoragePath(uri or self.uri, conn_id=self.conn_id)
 
-    def load(self) -> dict[str, Any]:
+    def load(self) -> JSONObject:
         """The manifest; an empty one when there is none yet."""
         path = self._path()
         try:
@@ -74,7 +75,7 @@ class ManifestStore:
                                    "aside (a new lineage then starts from scratch)") from None
         return lin.check_manifest(data, where=f"the lineage manifest {self.uri}")
 
-    def save(self, manifest: dict[str, Any]) -> None:
+    def save(self, manifest: JSONObject) -> None:
         lin.check_manifest(manifest)
         text = json.dumps(manifest, indent=1, sort_keys=True)
         path = self._path()
@@ -89,7 +90,7 @@ class ManifestStore:
         except OSError as exc:
             raise lin.LineageError(f"cannot write the lineage manifest {self.uri}: {exc}") from None
 
-    def update(self, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    def update(self, change: Callable[[JSONObject], JSONObject]) -> JSONObject:
         """Load, apply `change` (a pure function), save; returns the new manifest."""
         manifest = change(self.load())
         self.save(manifest)

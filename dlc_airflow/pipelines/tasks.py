@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.pipelines import lineage as lin
 from dlc_airflow.pipelines.assets import model_asset, promotions
 from dlc_airflow.pipelines.layout import Layout
@@ -87,12 +88,12 @@ class LineageOperator(_LineageTask):
             raise ValueError(f"{self.task_id}: on_unfinished must be 'block' or 'skip', not {on_unfinished!r}")
         self.on_unfinished = on_unfinished
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> JSONObject:
         interval = context_interval(context)
         layout, run_id = self.layout, context["run_id"]
-        found: dict[str, Any] = {}
+        found: JSONObject = {}
 
-        def begin(manifest: dict) -> dict:
+        def begin(manifest: JSONObject) -> JSONObject:
             predecessor = lin.resolve_predecessor(manifest, interval, on_unfinished=self.on_unfinished)
             found["predecessor"] = predecessor
             return lin.begin_attempt(manifest, interval, run_id=run_id, predecessor=predecessor)
@@ -143,7 +144,7 @@ class CommitOperator(_LineageTask):
         self.train_task_id = train_task_id
         self.promotes = promotes
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> JSONObject:
         interval = context_interval(context)
         ti = context["ti"]
         begun = ti.xcom_pull(task_ids=self.lineage_task_id)
@@ -169,7 +170,7 @@ class CommitOperator(_LineageTask):
                      "the model with dlc_airflow.runtime.save_checkpoint (it reports one) or report_output('checkpoint', uri)")
         attempt = begun.get("attempt")
 
-        def finish(manifest: dict) -> dict:
+        def finish(manifest: JSONObject) -> JSONObject:
             entry = manifest["intervals"].get(interval.key)
             if entry is None or entry.get("attempt") != attempt:
                 raise lin.LineageError(
@@ -212,15 +213,15 @@ class PromoteOperator(_LineageTask):
         self.gate = lin.Gate(metric, threshold, mode)  # validates
         self.metric, self.threshold, self.mode = metric, threshold, mode
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> JSONObject:
         interval = context_interval(context)
         committed = context["ti"].xcom_pull(task_ids=self.commit_task_id)
         if not committed:
             raise AirflowFailException(f"interval {interval.key}: no result from {self.commit_task_id}")
         metrics = committed.get("metrics") or {}
-        decided: dict[str, Any] = {}
+        decided: JSONObject = {}
 
-        def gate(manifest: dict) -> dict:
+        def gate(manifest: JSONObject) -> JSONObject:
             passes, move, why = lin.decide_promotion(manifest, interval, metrics, self.gate)
             decided.update(passes=passes, move=move, why=why)
             if move:

@@ -28,8 +28,8 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.runtime.env import is_coordinator
 
 __all__ = [
@@ -54,7 +54,7 @@ class CheckpointError(RuntimeError):
     """A checkpoint location that cannot be used; the message says which and why."""
 
 
-def local_path(location: str | os.PathLike) -> Path:
+def local_path(location: str | os.PathLike[str]) -> Path:
     """A plain path or a file:// URI as a local path; other schemes are an error."""
     text = os.fspath(location)
     if text.startswith("file://"):
@@ -69,7 +69,7 @@ def local_path(location: str | os.PathLike) -> Path:
     return Path(text)
 
 
-def checkpoint_dir(directory: str | os.PathLike | None = None) -> Path:
+def checkpoint_dir(directory: str | os.PathLike[str] | None = None) -> Path:
     """The checkpoint root: `directory`, else DLC_CHECKPOINT_DIR, else a file:// DLC_CHECKPOINT_URI."""
     if directory is not None:
         return local_path(directory)
@@ -89,7 +89,7 @@ def checkpoint_name(step: int) -> str:
     return f"step-{int(step):06d}"
 
 
-def list_checkpoints(directory: str | os.PathLike | None = None) -> list[tuple[int, Path]]:
+def list_checkpoints(directory: str | os.PathLike[str] | None = None) -> list[tuple[int, Path]]:
     """Complete checkpoints (step, path), oldest step first."""
     root = checkpoint_dir(directory)
     found = []
@@ -104,7 +104,7 @@ def list_checkpoints(directory: str | os.PathLike | None = None) -> list[tuple[i
     return sorted(found)
 
 
-def latest_checkpoint(directory: str | os.PathLike | None = None) -> Path | None:
+def latest_checkpoint(directory: str | os.PathLike[str] | None = None) -> Path | None:
     found = list_checkpoints(directory)
     return found[-1][1] if found else None
 
@@ -121,7 +121,7 @@ def _resume_local() -> Path | None:
     return local_path(value)
 
 
-def checkpoint_metadata(path: str | os.PathLike) -> dict[str, Any] | None:
+def checkpoint_metadata(path: str | os.PathLike[str]) -> JSONObject | None:
     """What `save_checkpoint` recorded in a checkpoint: {"job_name", "step", "saved_at"}
     (job_name is the writer's DLC_JOB_NAME, None outside a job; saved_at a Unix time).
     None for a checkpoint without a readable record (written by something else)."""
@@ -257,7 +257,7 @@ def _fsync_dir(path: Path) -> None:
 def save_checkpoint(
     write_fn: Callable[[str], object],
     step: int,
-    directory: str | os.PathLike | None = None,
+    directory: str | os.PathLike[str] | None = None,
     *,
     keep: int | None = None,
     report: bool = True,

@@ -21,6 +21,8 @@ import tempfile
 import threading
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
+
 __all__ = [
     "MAX_OUTPUT_BYTES",
     "METRICS_PREFIX",
@@ -37,9 +39,9 @@ METRICS_PREFIX = "DLC_METRICS "
 MAX_OUTPUT_BYTES = 4096  # the kubelet's limit for a termination message
 
 _lock = threading.Lock()
-_metrics: dict[str, Any] = {}  # insertion order = least recently updated first
+_metrics: JSONObject = {}  # insertion order = least recently updated first
 _updated: dict[str, int] = {}  # metric -> call counter of its last update
-_outputs: dict[str, Any] = {}
+_outputs: JSONObject = {}
 _calls = 0
 _warned = False
 
@@ -60,14 +62,14 @@ def _json_value(key: str, value: Any) -> Any:
     )
 
 
-def _dumps(doc: dict) -> str:
+def _dumps(doc: JSONObject) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False, sort_keys=False)
 
 
-def log_metrics(step: int | None = None, **values: Any) -> dict[str, Any]:
+def log_metrics(step: int | None = None, **values: Any) -> JSONObject:
     """Print one `DLC_METRICS {...}` line and remember the latest values; returns the line's dict."""
     global _calls
-    record: dict[str, Any] = {}
+    record: JSONObject = {}
     if step is not None:
         record["step"] = int(step)
     for key, value in values.items():
@@ -93,14 +95,14 @@ def report_output(key: str, value: Any) -> None:
         _write_env_file()
 
 
-def current_document(limit: int = MAX_OUTPUT_BYTES) -> dict[str, Any]:
+def current_document(limit: int = MAX_OUTPUT_BYTES) -> JSONObject:
     """The document as it would be written now, trimmed to `limit` bytes."""
     with _lock:
         return _fit(dict(_metrics), dict(_outputs), limit)
 
 
-def _fit(metrics: dict[str, Any], outputs: dict[str, Any], limit: int) -> dict[str, Any]:
-    doc: dict[str, Any] = {"metrics": metrics, "outputs": outputs}
+def _fit(metrics: JSONObject, outputs: JSONObject, limit: int) -> JSONObject:
+    doc: JSONObject = {"metrics": metrics, "outputs": outputs}
     if len(_dumps(doc).encode()) <= limit:
         return doc
     dropped_metrics: list[str] = []
@@ -108,7 +110,7 @@ def _fit(metrics: dict[str, Any], outputs: dict[str, Any], limit: int) -> dict[s
     # oldest update first; among metrics of the same update, the largest first
     order = sorted(metrics, key=lambda k: (_updated.get(k, 0), -len(_dumps({k: metrics[k]}))))
 
-    def trimmed() -> dict[str, Any]:
+    def trimmed() -> JSONObject:
         out = {"metrics": metrics, "outputs": outputs}
         out["dropped"] = {"metrics": len(dropped_metrics), "outputs": dropped_outputs}
         return out
@@ -150,7 +152,7 @@ def _write_env_file() -> None:
         write_document(path, _fit(dict(_metrics), dict(_outputs), MAX_OUTPUT_BYTES))
 
 
-def write_document(path: str, doc: dict[str, Any]) -> None:
+def write_document(path: str, doc: JSONObject) -> None:
     """Replace `path` with the JSON document atomically (temp file + os.replace).
 
     /dev/termination-log is a bind mount that cannot be renamed over: such a file is
@@ -177,13 +179,13 @@ def write_document(path: str, doc: dict[str, Any]) -> None:
         handle.write(data)
 
 
-def parse_outputs(text: str) -> dict[str, Any]:
+def parse_outputs(text: str) -> JSONObject:
     """The {"metrics", "outputs"} document in `text`; empty parts when it is not one.
 
     A termination message may hold log lines instead (FallbackToLogsOnError): those give
     an empty document rather than an error.
     """
-    empty: dict[str, Any] = {"metrics": {}, "outputs": {}}
+    empty: JSONObject = {"metrics": {}, "outputs": {}}
     try:
         doc = json.loads(text)
     except (ValueError, TypeError):
@@ -199,7 +201,7 @@ def parse_outputs(text: str) -> dict[str, Any]:
     return result
 
 
-def read_outputs(path: str | os.PathLike) -> dict[str, Any]:
+def read_outputs(path: str | os.PathLike[str]) -> JSONObject:
     """Parse the document a replica wrote at `path` (missing file: empty document)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -208,7 +210,7 @@ def read_outputs(path: str | os.PathLike) -> dict[str, Any]:
         return {"metrics": {}, "outputs": {}}
 
 
-def parse_metric_line(line: str) -> dict[str, Any] | None:
+def parse_metric_line(line: str) -> JSONObject | None:
     """The metrics of a `DLC_METRICS {...}` log line, or None for any other line.
 
     The marker may follow a prefix (a timestamp, a stream name) added by the log source.

@@ -31,20 +31,19 @@ from dlc_airflow.runtime import env as runtime_env
 __all__ = ["CheckResult", "add_arguments", "parse_size", "run_checks"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?|[kmgtp]i?)?[Bb]?\s*$")
-_FACTORS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5}
 
 
 def parse_size(text: str) -> int:
-    """Bytes of '512Mi', '8Gi', '1G', '1.5T', '4096' (Kubernetes quantity suffixes)."""
+    """Bytes of '512Mi', '8Gi', '1G', '1.5T', '4096' (Kubernetes quantity suffixes; the unit's
+    letter in either case, and a trailing B, are taken too)."""
+    from dlc_airflow.spec.fields import quantity_value
+
     match = _SIZE.match(str(text))
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 512Mi, 8Gi, 1G")
-    number, unit = float(match.group(1)), (match.group(2) or "")
-    if unit.endswith("i"):
-        factor = 1024 ** ("kmgtp".index(unit[0].lower()) + 1)
-    else:
-        factor = _FACTORS[unit.lower()]
-    return int(number * factor)
+    number, unit = match.group(1), match.group(2) or ""
+    letter = unit[:1].upper() if unit.endswith("i") or unit[:1].lower() != "k" else "k"  # 1k: 1000, 1Ki: 1024
+    return int(quantity_value(number + letter + unit[1:].lower()))
 
 
 def _human(size: float) -> str:

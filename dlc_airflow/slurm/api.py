@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlc_airflow.jsonvalue import JSONObject
+
 OLD = ("0.0.38",)
 NEW = ("0.0.40", "0.0.41", "0.0.42", "0.0.43", "0.0.44", "0.0.45")
 # newest first: the version picked among those a daemon serves
@@ -55,7 +57,7 @@ def parse_version(text: str, where: str = "api_version") -> str:
     return version
 
 
-def versions_served(openapi: dict[str, Any]) -> list[str]:
+def versions_served(openapi: JSONObject) -> list[str]:
     """The slurmctld API versions an /openapi/v3 document lists (its paths /slurm/vX.Y.Z/...)."""
     found = {m.group(1) for path in (openapi.get("paths") or {}) if (m := _PATH.match(path))}
     return sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
@@ -148,8 +150,8 @@ class Api:
         return self.path(f"job/{job_id}")
 
     # -- requests ------------------------------------------------------------------------
-    def submit_body(self, request: JobRequest) -> dict[str, Any]:
-        job: dict[str, Any] = {
+    def submit_body(self, request: JobRequest) -> JSONObject:
+        job: JSONObject = {
             "name": request.name,
             "current_working_directory": request.working_directory,
             "standard_output": request.standard_output,
@@ -192,12 +194,12 @@ class Api:
             job["exclude_nodes"] = ",".join(request.excluded_nodes)
         return {"script": request.script, "job": job}
 
-    def comment_body(self, comment: str) -> dict[str, Any]:
+    def comment_body(self, comment: str) -> JSONObject:
         """The update that sets a job's comment (v0.0.38's job properties require an environment)."""
         return {"comment": comment} if self.new else {"comment": comment, "environment": {}}
 
     # -- answers -------------------------------------------------------------------------
-    def submitted_id(self, body: dict[str, Any]) -> int | None:
+    def submitted_id(self, body: JSONObject) -> int | None:
         """The new job's id; None when the submission was refused (see `errors`). Some answers
         carry errors for a job that was made all the same (22.05: 2042 'Job is in held state')."""
         job_id = body.get("job_id")
@@ -205,10 +207,10 @@ class Api:
             job_id = body["result"].get("job_id")
         return int(job_id) if isinstance(job_id, int) and job_id > 0 else None
 
-    def records(self, body: dict[str, Any]) -> list[JobRecord]:
+    def records(self, body: JSONObject) -> list[JobRecord]:
         return [self.record(job) for job in body.get("jobs") or [] if isinstance(job, dict)]
 
-    def record(self, job: dict[str, Any]) -> JobRecord:
+    def record(self, job: JSONObject) -> JobRecord:
         states = job.get("job_state")
         listed = tuple(states) if isinstance(states, list) else tuple(str(states or "").split(","))
         listed = tuple(s.strip().upper() for s in listed if s and s.strip())
@@ -235,7 +237,7 @@ class Api:
         )
 
 
-def errors(body: Any) -> list[dict[str, Any]]:
+def errors(body: Any) -> list[JSONObject]:
     """The answer's errors as {"text", "number", "source"} (v0.0.38 and v0.0.40 spell them
     differently: error / description, error_number / error_code / errno)."""
     out = []
@@ -273,7 +275,7 @@ def number(value: Any) -> float | None:
     return None
 
 
-def _set(value: int) -> dict[str, Any]:
+def _set(value: int) -> JSONObject:
     return {"set": True, "infinite": False, "number": int(value)}
 
 

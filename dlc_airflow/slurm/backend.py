@@ -47,22 +47,22 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import shlex
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 from dlc_airflow import naming, reasons
-from dlc_airflow.backends.base import BackendError, check_name, unsupported_type
+from dlc_airflow.errors import BackendError, unsupported_type
+from dlc_airflow.jobfolder import LOGS, OUTPUTS
 from dlc_airflow.jobtypes import JobType, ordered_roles
-from dlc_airflow.k8s.kinds import ResourceKind
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.naming import check_name
 from dlc_airflow.slurm.api import JobRecord, JobRequest
 from dlc_airflow.spec import DLCJob, HostPathMount, Resources, is_templated
+from dlc_airflow.spec.fields import quantity_value
 from dlc_airflow.status import JobState, JobStatus, RoleCounts
 
 NAME = "slurm"
-SLURM_KIND = ResourceKind("dlc-airflow/slurm", "SlurmJob", "slurmjobs")
 JOB_TYPES = frozenset({JobType.pytorch, JobType.deepspeed, JobType.megatron, JobType.mpi, JobType.xgboost,
                        JobType.batch, JobType.custom, JobType.slurm})
 REFUSAL = "TensorFlow parameter servers and Ray clusters are not Slurm steps"
@@ -78,11 +78,10 @@ ENV_JOBDIR = "DLC_SLURM_JOBDIR"
 ENV_SECRETS = "DLC_SLURM_SECRETS"
 
 # the job folder
-LOGS, OUTPUTS, EXITS = "logs", "outputs", "exits"
+EXITS = "exits"  # (logs/, outputs/ and spec.json: the shared job folder, dlc_airflow.jobfolder)
 BATCH_LOG = "batch"  # logs/batch.log: the batch script's own lines and srun's
 RESULT = "result.json"
 RESTARTS = "restarts"
-SPEC = "spec.json"  # the spec as submitted (dlc_airflow.specpack.stored), for the job CLI
 HOSTFILE = "hostfile"
 SCRIPT = "job.sh"
 
@@ -122,7 +121,7 @@ class Folder:
 
     visible: bool = False
     exits: dict[str, int] = field(default_factory=dict)  # replica key -> exit code of its last run
-    result: dict[str, Any] | None = None  # {"exit_code", "restarts", "retryable"}
+    result: JSONObject | None = None  # {"exit_code", "restarts", "retryable"}
     restarts: int = 0
     batch_tail: str = ""
 
@@ -172,7 +171,8 @@ class SlurmBackend:
             raise _refuse("scheduling.service_account: Slurm jobs run as the connection's user: remove it")
         if sched.queue_priority:
             raise _refuse("scheduling.queue_priority: a Kueue priority; on Slurm use priority_class (a QOS)")
-        from dlc_airflow.secrets import SecretKeyRef, entries
+        from dlc_airflow.secrets.resolve import entries
+        from dlc_airflow.spec.envsource import SecretKeyRef
 
         for entry in entries(job):
             if isinstance(entry.value, SecretKeyRef):
@@ -198,9 +198,9 @@ class SlurmBackend:
             if _hidden(job):
                 env[ENV_SECRETS] = SECRETS_PLACEHOLDER
         else:
-            from dlc_airflow.secrets import stored_spec
+            from dlc_airflow.specpack import stored
 
-            env[ENV_SPEC] = json.dumps(stored_spec(job), separators=(",", ":"), sort_keys=True)
+            env[ENV_SPEC] = json.dumps(stored(job), separators=(",", ":"), sort_keys=True)
             env[ENV_NAME] = name
             env[ENV_JOBDIR] = jobdir
             if _hidden(job):
@@ -229,6 +229,18 @@ class SlurmBackend:
             comment=comment(job, name, identity, attempt),
         )
 
+    def preview(self, job: DLCJob, name: str) -> list[JSONObject]:
+        """What `dlc-airflow render` prints: the batch script, and the job request as slurmrestd
+        v0.0.40 and later take it (the job folder under the default job root; the connection's
+        partition, account and job root are filled in at submit)."""
+        from dlc_airflow.slurm.api import NEW, Api
+
+        request = self.render(job, name)
+        api = Api.of(NEW[0])
+        body = api.submit_body(request)
+        body["job"].pop("script", None)
+        return [{"script": request.script}, {"request": f"POST {api.submit_path}", "body": body}]
+
     # -- status --------------------------------------------------------------------------
     def status(self, record: JobRecord | None, folder: Folder | None = None) -> JobStatus:
         return job_status(record, folder or Folder())
@@ -239,7 +251,7 @@ def _refuse(message: str) -> BackendError:
 
 
 def _hidden(job: DLCJob) -> bool:
-    from dlc_airflow.secrets import entries
+    from dlc_airflow.secrets.resolve import entries
 
     return any(e.hidden() for e in entries(job))
 
@@ -270,24 +282,12 @@ def cpus_per_task(job: DLCJob, res: Resources) -> int | None:
     return None
 
 
-_UNITS: dict[str, Decimal | int] = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_QTY = re.compile(r"^\+?((?:\d+(?:\.\d*)?)|(?:\.\d+))([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?$")
-
-
 def quantity(text: str) -> float:
     """A Kubernetes quantity ('500m', '16Gi', '1e3') as a number."""
-    match = _QTY.match(str(text).strip())
-    if not match:
-        raise BackendError(f"slurm backend: {text!r} is not a quantity")
-    digits, suffix = match.groups()
     try:
-        value = Decimal(digits)
-    except InvalidOperation:  # pragma: no cover - the regex only lets numbers through
+        return quantity_value(text)
+    except ValueError:
         raise BackendError(f"slurm backend: {text!r} is not a quantity") from None
-    if suffix and suffix[0] in "eE":
-        return float(value * Decimal(10) ** int(suffix[1:]))
-    return float(value * Decimal(_UNITS[suffix or ""]))
 
 
 def memory_mib(memory: str | None) -> int | None:
@@ -302,12 +302,12 @@ def memory_mib(memory: str | None) -> int | None:
 def comment(job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int | None) -> str:
     """The job's identity and roles, as its Slurm comment: `dlc-airflow:{json}`."""
     labels = naming.job_labels(name, identity, attempt)
-    data: dict[str, Any] = {k.removeprefix(naming.PREFIX): v for k, v in labels.items() if k != naming.MANAGED_BY}
+    data: JSONObject = {k.removeprefix(naming.PREFIX): v for k, v in labels.items() if k != naming.MANAGED_BY}
     data["roles"] = {r: job.roles[r].replicas for r in ordered_roles(job.roles)}
     return COMMENT_PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
-def parse_comment(text: str) -> dict[str, Any] | None:
+def parse_comment(text: str) -> JSONObject | None:
     """The identity a job's comment carries; None for a job that is not ours."""
     if not text or not text.startswith(COMMENT_PREFIX):
         return None
@@ -421,11 +421,12 @@ def script_env(job: DLCJob, name: str, jobdir: str) -> dict[str, str]:
     """What a `slurm` job's script sees besides SLURM_*: the DLC_* every replica gets and the
     job's env (secret values are placeholders until fill_secrets)."""
     from dlc_airflow import wiring
-    from dlc_airflow.secrets import describe, entries
+    from dlc_airflow.secrets.resolve import entries
+    from dlc_airflow.spec.envsource import describe
 
     hidden = {e.name for e in entries(job) if e.hidden() and e.where in ("env", "roles.worker.env")}
     env: dict[str, str] = {}
-    for key, value in wiring.role_env(job, name, "worker", None, framework=False, secret_refs=False).items():
+    for key, value in wiring.role_env(job, name, "worker", None, framework=False).items():
         if isinstance(value, wiring.IndexExpr):
             value = value.at(0)
         if key in hidden or not isinstance(value, str):
@@ -437,7 +438,7 @@ def script_env(job: DLCJob, name: str, jobdir: str) -> dict[str, str]:
 
 def fill_secrets(request: JobRequest, job: DLCJob, values: dict[str, dict[str, str]]) -> JobRequest:
     """The request with the secret values in (read at submit: `values` is {where: {NAME: value}},
-    as dlc_airflow.secrets.local_values gives them). A `slurm` script gets them in its
+    as dlc_airflow.secrets.resolve.hidden_values gives them). A `slurm` script gets them in its
     environment; the other types' prelude gets them in DLC_SLURM_SECRETS and puts them in
     each replica's env (the spec it gets keeps references and hides literals)."""
     env = dict(request.environment)
@@ -470,7 +471,7 @@ def job_status(record: JobRecord | None, folder: Folder) -> JobStatus:
         return _forgotten(folder)
     identity = parse_comment(record.comment) or {}
     found = identity.get("roles")
-    roles: dict[str, Any] = found if isinstance(found, dict) else {}
+    roles: JSONObject = found if isinstance(found, dict) else {}
     state, reason, message = _state(record, folder)
     restarts = record.restarts + max(folder.restarts, int((folder.result or {}).get("restarts") or 0))
     started = record.start_time if state not in (JobState.PENDING, JobState.QUEUED) or record.restarts else None
@@ -531,7 +532,7 @@ def _state(record: JobRecord, folder: Folder) -> tuple[JobState, str, str]:
     return JobState.FAILED, _failure_reason(folder.result), _failure_message(record, folder, code, record.signal)
 
 
-def _failure_reason(result: dict[str, Any] | None) -> str:
+def _failure_reason(result: JSONObject | None) -> str:
     if result is not None and result.get("retryable") is False:
         return reasons.NON_RETRYABLE_EXIT
     return reasons.RESTART_LIMIT_EXCEEDED
@@ -567,7 +568,7 @@ def _replicas_failed(folder: Folder) -> str:
 _STOPPED = (128 + 15, 128 + 9)
 
 
-def _roles(roles: dict[str, Any], folder: Folder, state: JobState) -> dict[str, RoleCounts]:
+def _roles(roles: JSONObject, folder: Folder, state: JobState) -> dict[str, RoleCounts]:
     out: dict[str, RoleCounts] = {}
     for role, count in roles.items():
         n = int(count)

@@ -21,6 +21,7 @@ import threading
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.slurm import api as versions
 from dlc_airflow.slurm.api import Api, JobRecord, JobRequest
 from dlc_airflow.slurm.settings import SlurmConfigError, SlurmSettings, mask, token_problem
@@ -136,8 +137,8 @@ class SlurmClient:
     def set_comment(self, job_id: int | str, comment: str) -> None:
         self.call("POST", self.api.job_path(job_id), self.api.comment_body(comment), what=f"update job {job_id}")
 
-    def call(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None,
-             what: str | None = None, fail: bool = True) -> dict[str, Any]:
+    def call(self, method: str, path: str, body: Any = None, *, query: JSONObject | None = None,
+             what: str | None = None, fail: bool = True) -> JSONObject:
         what = what or f"{method} {path}"
         status, data = self._request(method, path, body, query=query, what=what)
         if fail or status in (401, 403) or not isinstance(data, dict):
@@ -173,7 +174,7 @@ class SlurmClient:
                 self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.settings.timeout)
         return self._conn
 
-    def _request(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None,
+    def _request(self, method: str, path: str, body: Any = None, *, query: JSONObject | None = None,
                  what: str) -> tuple[int, Any]:
         try:
             token = self._token_value()

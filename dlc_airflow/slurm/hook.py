@@ -8,6 +8,8 @@ from typing import Any
 
 from airflow.sdk.bases.hook import BaseHook
 
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.runner import Connection
 from dlc_airflow.slurm.settings import SlurmConfigError, SlurmSettings, mask
 
 
@@ -18,7 +20,7 @@ class SlurmHook(BaseHook):
     hook_name = "Slurm (slurmrestd, DLC jobs)"
 
     @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+    def get_ui_field_behaviour(cls) -> JSONObject:
         return {
             "hidden_fields": ["schema"],
             "relabeling": {"host": "slurmrestd URL", "login": "Slurm user", "password": "JWT"},
@@ -38,7 +40,7 @@ class SlurmHook(BaseHook):
         return settings_for(self.slurm_conn_id)
 
 
-def settings_for(conn_id: str, connection: Any | None = None) -> SlurmSettings:
+def settings_for(conn_id: str, connection: Connection | None = None) -> SlurmSettings:
     """The connection's settings (read now unless given); its JWT is registered with the
     secrets masker of this process."""
     if connection is None:

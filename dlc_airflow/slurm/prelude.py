@@ -34,10 +34,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dlc_airflow import wiring
+from dlc_airflow import jobfolder, wiring
 from dlc_airflow.jobtypes import ordered_roles
 from dlc_airflow.slurm import backend as layout
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 
 PORT_BASE, PORT_SPAN = 20000, 10000
 
@@ -89,15 +89,15 @@ def plan_task(job: DLCJob, name: str, procid: int, nodes: list[str], address: Ca
     env = inherited_env(environ)
     env.update(wiring.replica_env(job, name, role, index, addr))
     env["JOB_COMPLETION_INDEX"] = str(index)
-    env["DLC_OUTPUT_FILE"] = f"{jobdir}/{layout.OUTPUTS}/{key}.json"
-    spec = wiring.hostfile_spec(job)
+    env["DLC_OUTPUT_FILE"] = f"{jobdir}/{jobfolder.OUTPUTS}/{key}.json"
+    spec = hostfile_spec(job)
     hostfile = hostfile_path = None
     if spec is not None:
         hostfile = wiring.hostfile(job, addr, spec.slots)
         hostfile_path = f"{jobdir}/{layout.HOSTFILE}"
         env.update({k: hostfile_path for k, v in env.items() if v == spec.path})
     return Task(role=role, index=index, argv=job.role_command(role), env=env, cwd=job.working_dir or jobdir,
-                log=f"{jobdir}/{layout.LOGS}/{key}.log", exit_file=f"{jobdir}/{layout.EXITS}/{key}",
+                log=f"{jobdir}/{jobfolder.LOGS}/{key}.log", exit_file=f"{jobdir}/{layout.EXITS}/{key}",
                 health_argv=list(job.health_check.command) if job.health_check else None,
                 hostfile=hostfile, hostfile_path=hostfile_path)
 
@@ -176,7 +176,7 @@ def node_addresses(nodelist: str) -> dict[str, str]:
 
 
 def load_job(environ: Mapping[str, str]) -> DLCJob:
-    from dlc_airflow.secrets import with_values
+    from dlc_airflow.secrets.resolve import with_values
 
     job = DLCJob.model_validate(json.loads(environ[layout.ENV_SPEC]))
     values = json.loads(environ.get(layout.ENV_SECRETS) or "{}")
@@ -221,7 +221,7 @@ def copy(source: Any, log: int, redact: Callable[[bytes], bytes]) -> None:
 
 def redactor_of(environ: Mapping[str, str]) -> Callable[[bytes], bytes] | None:
     """bytes -> bytes masking the job's secret values (DLC_SLURM_SECRETS); None without any."""
-    from dlc_airflow.secrets import redactor
+    from dlc_airflow.secrets.mask import redactor
 
     values = json.loads(environ.get(layout.ENV_SECRETS) or "{}")
     found = redactor(v for group in values.values() for v in group.values())
@@ -234,7 +234,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     nodelist = environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"]
     task = plan_task(job, environ[layout.ENV_NAME], int(environ["SLURM_PROCID"]), expand_nodelist(nodelist),
                      Resolver(nodelist), environ[layout.ENV_JOBDIR], environ, int(environ.get("SLURM_JOB_ID", "0")))
-    for folder in (layout.LOGS, layout.OUTPUTS, layout.EXITS):
+    for folder in (jobfolder.LOGS, jobfolder.OUTPUTS, layout.EXITS):
         os.makedirs(f"{environ[layout.ENV_JOBDIR]}/{folder}", exist_ok=True)
     if task.hostfile is not None and task.hostfile_path is not None:
         _write(task.hostfile_path, task.hostfile)

@@ -10,11 +10,13 @@
   the process waits on;
 - logs / outputs: read from the job folder under the connection's job_root (which the
   Airflow workers must see too; where they do not, waits still work, without logs);
-- stop: scancel (SIGTERM, SIGKILL after Slurm's KillWait); delete: stop, then remove the
-  folder. Slurm keeps the record of a finished job until MinJobAge.
+- stop: scancel (SIGTERM, SIGKILL after Slurm's KillWait), the record and folder stay; delete:
+  stop, then remove the folder. Slurm keeps the record of a finished job until MinJobAge.
+- capabilities: the stored spec (spec.json in the job folder); no events, nothing to settle
+  (srun's step ends with its last task).
 
-`namespace` on this backend is the partition: JobRef.namespace is the partition the job
-went to, and make_runner's `namespace` a default partition (scheduling.queue wins).
+The place on this backend is the partition: JobRef.place is the partition the job went to,
+and a task's namespace= a default partition (scheduling.queue wins).
 """
 
 from __future__ import annotations
@@ -23,18 +25,22 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from dlc_airflow import jobfolder
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID as KUBERNETES_DEFAULT
-from dlc_airflow.jobinfo import JobInfo, Replica
+from dlc_airflow.errors import OwnershipError, SubmitError
+from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONDict, JSONObject
 from dlc_airflow.naming import PREFIX, TaskIdentity
-from dlc_airflow.runner import LogLines, OnStatus, OwnershipError, SubmitError
+from dlc_airflow.polling import Observed, PolledFollower
+from dlc_airflow.runner import LogLine, LogPositions, Outputs, Reach, Replica
 from dlc_airflow.slurm import backend as layout
 from dlc_airflow.slurm.api import JobRecord
-from dlc_airflow.slurm.backend import SLURM_KIND, Folder, SlurmBackend, Target, parse_comment, replica_order, with_try
+from dlc_airflow.slurm.backend import Folder, SlurmBackend, Target, parse_comment, replica_order, with_try
 from dlc_airflow.slurm.client import SlurmClient, SlurmError
 from dlc_airflow.slurm.poller import poller_for
 from dlc_airflow.slurm.settings import SlurmSettings
@@ -43,7 +49,6 @@ from dlc_airflow.status import JobStatus
 
 SLURM = "slurm"
 DEFAULT_CONN_ID = "slurm_default"
-MAX_LOG_READ = 1 << 20
 _LIVE = frozenset({"PENDING", "RUNNING", "SUSPENDED", ""})
 
 
@@ -58,19 +63,19 @@ class SlurmRunner:
         self.target = Target.of(settings)
         if partition:
             self.target = Target(**{**self.target.__dict__, "partition": partition})
-        self.namespace = self.target.partition or "default"
+        self.place = self.target.partition or "default"
 
     def __repr__(self) -> str:
-        return f"<SlurmRunner {self.settings.url} user={self.settings.user} partition={self.namespace}>"
+        return f"<SlurmRunner {self.settings.url} user={self.settings.user} partition={self.place}>"
 
     # -- refs --------------------------------------------------------------------------
     def ref(self, job: DLCJob | None, name: str, attempt: int = 1, record: JobRecord | None = None) -> JobRef:
         partition = (record.partition if record is not None and record.partition else None) or \
-            (job.scheduling.queue if job is not None and job.scheduling.queue else None) or self.namespace
-        return JobRef(name=name, namespace=partition, backend=SLURM, kind=SLURM_KIND, kinds=(SLURM_KIND,),
-                      attempt=attempt, uid=str(record.job_id) if record is not None else "")
+            (job.scheduling.queue if job is not None and job.scheduling.queue else None) or self.place
+        return JobRef(backend=SLURM, place=partition, name=name, attempt=attempt,
+                      uid=str(record.job_id) if record is not None else "")
 
-    def _ours(self) -> list[tuple[JobRecord, dict[str, Any]]]:
+    def _ours(self) -> list[tuple[JobRecord, JSONObject]]:
         out = []
         for record in self._records():
             identity = parse_comment(record.comment)
@@ -101,7 +106,7 @@ class SlurmRunner:
 
     # -- submit ------------------------------------------------------------------------
     def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
-        from dlc_airflow.backends.base import BackendError
+        from dlc_airflow.errors import BackendError
 
         key = identity.key if identity is not None else None
         same = [(r, i) for r, i in self._ours() if r.name == name]
@@ -154,8 +159,17 @@ class SlurmRunner:
     def status_of(self, ref: JobRef, record: JobRecord | None) -> JobStatus:
         return self.backend.status(record, self.folder(ref.name))
 
-    def follow(self, ref: JobRef) -> SlurmFollower:
-        return SlurmFollower(self, ref)
+    def follow(self, ref: JobRef) -> PolledFollower[int, JobRecord]:
+        """Status changes from the cluster's shared poller: one job list per interval for every
+        job this process follows."""
+        def job_id() -> int | None:
+            found = ref if ref.uid else self.lookup(ref.name)
+            return int(found.uid) if found is not None and found.uid else None
+
+        def observe(record: JobRecord | None) -> Observed:
+            return self.status_of(ref, record), []
+
+        return PolledFollower(lambda: poller_for(self.rest), job_id, observe)
 
     # -- the job folder ----------------------------------------------------------------
     def jobdir(self, name: str) -> Path:
@@ -164,52 +178,13 @@ class SlurmRunner:
     def folder(self, name: str) -> Folder:
         return read_folder(self.jobdir(name))
 
-    def logs(self, ref: JobRef, since: dict[str, Any] | None = None,
-             pods: list[dict] | None = None) -> tuple[LogLines, dict[str, Any]]:
-        offsets = dict(since or {})
-        logs = self.jobdir(ref.name) / layout.LOGS
-        if not logs.is_dir():
-            return [], offsets
-        ended = (self.jobdir(ref.name) / layout.RESULT).exists()
-        lines: LogLines = []
-        for path in sorted(logs.glob("*.log"), key=lambda p: replica_order(p.stem)):
-            replica = path.stem
-            start = int(offsets.get(replica, 0))
-            try:
-                with open(path, "rb") as handle:
-                    handle.seek(start)
-                    data = handle.read(MAX_LOG_READ)
-            except OSError:
-                continue
-            if not data:
-                continue
-            # whole lines while the job runs; its last line without a newline once it ended
-            cut = len(data) if (ended and len(data) < MAX_LOG_READ) else data.rfind(b"\n") + 1
-            if cut <= 0:
-                continue
-            lines.extend((replica, line) for line in data[:cut].decode("utf-8", errors="replace").splitlines())
-            offsets[replica] = start + cut
-        return lines, offsets
+    def logs(self, ref: JobRef, since: LogPositions | None = None,
+             replicas: Sequence[Replica] | None = None) -> tuple[list[LogLine], LogPositions]:
+        jobdir = self.jobdir(ref.name)
+        return jobfolder.read_logs(jobdir, since, (jobdir / layout.RESULT).exists(), replica_order)
 
-    def events(self, ref: JobRef, seen: set[str] | None = None) -> list[dict]:
-        return []  # Slurm has no events; what happens to the job is in logs/batch.log
-
-    def outputs(self, ref: JobRef, pods: list[dict] | None = None) -> dict[str, dict]:
-        from dlc_airflow.runtime.metrics import read_outputs
-
-        merged: dict[str, dict] = {"metrics": {}, "outputs": {}}
-        folder = self.jobdir(ref.name) / layout.OUTPUTS
-        if not folder.is_dir():
-            return merged
-        # rank order, so the coordinator (rank 0, first) is merged last and its values win
-        for path in sorted(folder.glob("*.json"), key=lambda p: replica_order(p.stem), reverse=True):
-            doc = read_outputs(path)
-            merged["metrics"].update(doc.get("metrics") or {})
-            merged["outputs"].update(doc.get("outputs") or {})
-        return merged
-
-    def settle(self, ref: JobRef) -> list[str]:
-        return []  # srun's step ends with its last task: nothing of a finished job runs on
+    def outputs(self, ref: JobRef, replicas: Sequence[Replica] | None = None) -> Outputs:
+        return jobfolder.read_outputs(self.jobdir(ref.name), replica_order)
 
     def stop(self, ref: JobRef) -> int:
         record = self._record(ref)
@@ -236,11 +211,9 @@ class SlurmRunner:
                 found.append(info)
         return sorted(found, key=lambda i: (int(i.ref.uid or 0)))
 
-    def spec(self, ref: JobRef) -> dict[str, Any] | None:
-        try:
-            return json.loads((self.jobdir(ref.name) / layout.SPEC).read_text())
-        except (OSError, ValueError):
-            return None
+    # -- the SpecKeeper capability ----------------------------------------------------
+    def spec(self, ref: JobRef) -> JSONDict | None:
+        return jobfolder.read_spec(self.jobdir(ref.name))
 
     def replicas(self, ref: JobRef) -> list[Replica]:
         """A task per replica (one per node): the job's times and nodes, each task's exit code."""
@@ -275,47 +248,13 @@ class SlurmRunner:
         return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
-class SlurmFollower:
-    """A job's status changes, from the cluster's shared poller."""
-
-    def __init__(self, runner: SlurmRunner, ref: JobRef) -> None:
-        self.runner, self.ref = runner, ref
-        self._unsubscribe: Any = None
-        self._last: JobStatus | None = None
-        self._lock = threading.Lock()
-
-    def start(self, on_status: OnStatus) -> None:
-        job_id = self.ref.uid
-        if not job_id:
-            found = self.runner.lookup(self.ref.name)
-            job_id = found.uid if found is not None else ""
-        if not job_id:
-            on_status(self.runner.backend.status(None, self.runner.folder(self.ref.name)), [])
-            return
-
-        def receive(record: JobRecord | None) -> None:
-            status = self.runner.status_of(self.ref, record)
-            with self._lock:
-                if status == self._last:
-                    return
-                self._last = status
-            on_status(status, [])
-
-        self._unsubscribe = poller_for(self.runner.rest).subscribe(int(job_id), receive)
-
-    def close(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-
-
 def _keep_spec(jobdir: Path, job: DLCJob) -> None:
     """spec.json in the job folder, where this process sees it (secrets as references)."""
     from dlc_airflow.specpack import stored
 
     try:
         jobdir.mkdir(parents=True, exist_ok=True)
-        (jobdir / layout.SPEC).write_text(json.dumps(stored(job)))
+        jobfolder.write_json(jobdir / jobfolder.SPEC, stored(job))
     except OSError:  # the folder is the nodes' and not shared with this host: no spec kept
         pass
 
@@ -342,7 +281,7 @@ def read_folder(jobdir: Path) -> Folder:
     except (OSError, ValueError):
         restarts = 0
     return Folder(visible=True, exits=exits, result=result if isinstance(result, dict) else None,
-                  restarts=restarts, batch_tail=_tail(jobdir / layout.LOGS / f"{layout.BATCH_LOG}.log"))
+                  restarts=restarts, batch_tail=_tail(jobdir / jobfolder.LOGS / f"{layout.BATCH_LOG}.log"))
 
 
 def _tail(path: Path) -> str:
@@ -363,20 +302,16 @@ def _pick(records: list[JobRecord]) -> JobRecord:
     return live[0] if live else max(records, key=lambda r: r.job_id)
 
 
-def _attempt(identity: dict[str, Any]) -> int:
+def _attempt(identity: JSONObject) -> int:
     value = identity.get("attempt")
     return int(value) if isinstance(value, str) and value.isdigit() else 1
 
 
 def _secret_values(job: DLCJob) -> dict[str, dict[str, str]]:
     """{where: {NAME: value}} of the job's hidden env (Airflow sources read now)."""
-    from dlc_airflow.secrets import entries, resolve
+    from dlc_airflow.secrets.resolve import hidden_values
 
-    out: dict[str, dict[str, str]] = {}
-    for entry in entries(job):
-        if entry.hidden():
-            out.setdefault(entry.where, {})[entry.name] = resolve(entry)
-    return out
+    return hidden_values(job)
 
 
 def _make_root(root: str) -> None:
@@ -407,15 +342,17 @@ def _explain(exc: SlurmError, job: DLCJob, target: Target) -> str:
     return text
 
 
-_runners: dict[tuple, SlurmRunner] = {}
+_runners: dict[tuple[SlurmSettings, str | None], SlurmRunner] = {}
 _runners_lock = threading.Lock()
 
 
-def make_runner(conn_id: str | None, namespace: str | None, connection: Any | None = None) -> SlurmRunner:
-    """The runner of a `slurm` connection; `namespace` is a default partition. The
-    Kubernetes default connection id (what a task without conn_id gets) means slurm_default."""
+def make_runner(reach: Reach) -> SlurmRunner:
+    """The registry's runner factory: the runner of a `slurm` connection; the place a task
+    asks for is a default partition. The Kubernetes default connection id (what a task
+    without conn_id gets) means slurm_default."""
     from dlc_airflow.slurm.hook import settings_for
 
+    conn_id, connection, namespace = reach.conn_id, reach.connection, reach.place
     if not conn_id or conn_id == KUBERNETES_DEFAULT:
         conn_id, connection = DEFAULT_CONN_ID, None
     settings = settings_for(conn_id, connection)

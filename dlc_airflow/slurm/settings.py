@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.runner import Connection
 from dlc_airflow.slurm.api import parse_version
 
 DEFAULT_JOB_ROOT = "/tmp/dlc-airflow-slurm"
@@ -86,7 +88,7 @@ class SlurmSettings:
                                f"(scontrol token username={self.user}) or extra token_file")
 
     @classmethod
-    def from_connection(cls, conn: Any, conn_id: str) -> SlurmSettings:
+    def from_connection(cls, conn: Connection, conn_id: str) -> SlurmSettings:
         """From an Airflow Connection (or anything with host, port, login, password, extra_dejson)."""
         extra = dict(getattr(conn, "extra_dejson", None) or {})
         conn_type = getattr(conn, "conn_type", None)
@@ -148,7 +150,7 @@ def _bool(value: Any) -> bool:
     return bool(value)
 
 
-def token_claims(token: str) -> dict[str, Any] | None:
+def token_claims(token: str) -> JSONObject | None:
     """The JWT's claims (exp, iat, sun...), read without verifying it; None if it is not a
     JWT. For error messages only: the signature is slurmctld's business."""
     parts = token.strip().split(".")

@@ -20,6 +20,8 @@ from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse
 
 from dlc_airflow.airflow.keys import XCOM_REF
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.ui import render
 
 PREFIX = "/dlc"
@@ -62,20 +64,14 @@ def _xcoms(dag_id: str | None, run_id: str | None, key: str, task_suffix: str | 
                 for x, _ in session.execute(query).all()]
 
 
-def _runner(data: dict[str, Any]) -> Any:
-    from dlc_airflow.airflow.runners import DEFAULT_CONN_ID, make_runner
-    from dlc_airflow.registry import is_folder
+def _runner(data: JSONObject) -> Any:
+    from dlc_airflow.airflow.runners import runner_of
 
-    backend = data["backend"]
-    if is_folder(backend):
-        return make_runner(backend, DEFAULT_CONN_ID, None, local_root=data.get("local_root") or data["namespace"])
-    return make_runner(backend, data.get("conn_id") or DEFAULT_CONN_ID, data["namespace"])
+    return runner_of(data)[0]
 
 
-def _info(data: dict[str, Any], dag_id: str, run_id: str, task_id: str, map_index: int) -> Any:
+def _info(data: JSONObject, dag_id: str, run_id: str, task_id: str, map_index: int) -> Any:
     from dlc_airflow.jobinfo import JobInfo
-    from dlc_airflow.jobref import JobRef
-
     return JobInfo(ref=JobRef.from_dict(data), dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index,
                    try_number=int(data.get("try_number") or 0))
 
@@ -104,8 +100,8 @@ def index() -> str:
 def run_page(dag_id: str, run_id: str) -> HTMLResponse:
     rows = []
     for _, _, task_id, map_index, data in _xcoms(dag_id, run_id, XCOM_REF):
-        row: dict[str, Any] = {"task_id": task_id, "map_index": map_index, "name": data["name"],
-                               "backend": data["backend"], "namespace": data["namespace"],
+        row: JSONObject = {"task_id": task_id, "map_index": map_index, "name": data["name"],
+                               "backend": data["backend"], "namespace": JobRef.from_dict(data).place,
                                "report_url": _report_url(dag_id, run_id, task_id, map_index)}
         try:
             status = _runner(data).status(_info(data, dag_id, run_id, task_id, map_index).ref)

@@ -20,6 +20,8 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from dlc_airflow.jsonvalue import JSONObject
+
 __all__ = ["error_page", "index_page", "job_page", "lineage_page", "run_page"]
 
 # Airflow's light theme, roughly: its state colours and its greys
@@ -86,7 +88,7 @@ main.error .status { font-size: 40px; font-weight: 700; color: #dc2626; margin: 
 # ---------------------------------------------------------------------------------------------
 # pages
 
-def index_page(runs: list[dict]) -> str:
+def index_page(runs: list[JSONObject]) -> str:
     """Every DAG run that made dlc-airflow jobs, with how many."""
     if runs:
         rows = "".join(
@@ -101,7 +103,7 @@ def index_page(runs: list[dict]) -> str:
     return _page("DLC jobs", f"<h1>DLC jobs</h1><p class=\"sub\">Jobs per DAG run</p>{table}")
 
 
-def run_page(dag_id: str, run_id: str, jobs: list[dict], lineage_url: str | None) -> str:
+def run_page(dag_id: str, run_id: str, jobs: list[JSONObject], lineage_url: str | None) -> str:
     """The jobs of one DAG run, one row per job, its state colour-coded."""
     crumbs = _crumbs([("DLC jobs", "../../"), (dag_id, None), (run_id, None)])
     lineage = (f'<p id="lineage-link">Retraining lineage: {_link(lineage_url, "table and chart")}</p>'
@@ -132,7 +134,7 @@ def run_page(dag_id: str, run_id: str, jobs: list[dict], lineage_url: str | None
     return _page(f"DLC jobs of {dag_id} / {run_id}", body)
 
 
-def job_page(report: dict, links: dict[str, str]) -> str:
+def job_page(report: JSONObject, links: dict[str, str]) -> str:
     """The report of one job (what dlc_airflow.report.build_report returns)."""
     job = report.get("job") or {}
     name = str(job.get("name") or "")
@@ -155,7 +157,7 @@ def job_page(report: dict, links: dict[str, str]) -> str:
     return _page(f"DLC job {name}", "".join(body))
 
 
-def lineage_page(dag_id: str, lineage: str, manifest_uri: str, rows: list[dict], metric: str | None) -> str:
+def lineage_page(dag_id: str, lineage: str, manifest_uri: str, rows: list[JSONObject], metric: str | None) -> str:
     """A retraining DAG's lineage (dlc_airflow.report.lineage_rows): interval -> resumed from
     -> checkpoint -> metric -> promoted, as a table and a chart of the metric per interval."""
     names = [metric] if metric else sorted({k for r in rows for k in (r.get("metrics") or {})})
@@ -206,7 +208,7 @@ SUMMARY_FIELDS = (("name", "Job"), ("state", "State"), ("reason", "Reason"), ("m
                   ("finished", "Finished"), ("queued_seconds", "Queued"), ("running_seconds", "Running"))
 
 
-def _summary_section(job: dict, roles: dict) -> str:
+def _summary_section(job: JSONObject, roles: JSONObject) -> str:
     rows = []
     for key, label in SUMMARY_FIELDS:
         value = job.get(key)
@@ -240,7 +242,7 @@ def _summary_section(job: dict, roles: dict) -> str:
 TL_LABEL, TL_WIDTH, TL_ROW, TL_BAR, TL_TOP, TL_BOTTOM = 150, 760, 24, 14, 28, 10
 
 
-def _timeline_section(job: dict, replicas: list[dict]) -> str:
+def _timeline_section(job: JSONObject, replicas: list[JSONObject]) -> str:
     """One row per replica name (a replica's successive pods share its row), a bar per pod
     from its start to its end; a replica still running (or never ended) reaches the job's
     end, or now while the job runs; one that never started is drawn from the job's creation."""
@@ -313,7 +315,7 @@ def _timeline_section(job: dict, replicas: list[dict]) -> str:
     return _section("timeline", "Timeline", f'{caption}{legend}<div class="scroll">{"".join(parts)}</div>')
 
 
-def _replica_tip(r: dict, begin: datetime | None, end: datetime | None, *, ongoing: bool) -> str:
+def _replica_tip(r: JSONObject, begin: datetime | None, end: datetime | None, *, ongoing: bool) -> str:
     bits = [f"{r.get('name')} ({r.get('role')} #{r.get('index')}): {r.get('state')}"]
     if begin is not None and end is not None:
         until = "now" if ongoing else _clock(end)
@@ -329,7 +331,7 @@ def _replica_tip(r: dict, begin: datetime | None, end: datetime | None, *, ongoi
     return "; ".join(bits)
 
 
-def _restarts_section(rows: list[dict]) -> str:
+def _restarts_section(rows: list[JSONObject]) -> str:
     if not rows:
         return _section("restarts", "Restarts and failures",
                         '<table data-count="0"></table><p class="empty">No replica failed or restarted.</p>')
@@ -343,7 +345,7 @@ def _restarts_section(rows: list[dict]) -> str:
                     f"<tbody>{trs}</tbody></table>")
 
 
-def _events_section(events: list[dict]) -> str:
+def _events_section(events: list[JSONObject]) -> str:
     if not events:
         return _section("events", "Events", '<table data-count="0"></table><p class="empty">No events.</p>')
     trs = "".join(
@@ -357,7 +359,7 @@ def _events_section(events: list[dict]) -> str:
                     f"<tbody>{trs}</tbody></table></div>")
 
 
-def _metrics_section(metrics: dict) -> str:
+def _metrics_section(metrics: JSONObject) -> str:
     series = metrics.get("series") or {}
     final = metrics.get("final") or {}
     charts = "".join(_line_chart(name, points) for name, points in series.items())
@@ -372,7 +374,7 @@ def _metrics_section(metrics: dict) -> str:
     return _section("metrics", "Metrics", html)
 
 
-def _outputs_section(outputs: dict) -> str:
+def _outputs_section(outputs: JSONObject) -> str:
     if not outputs:
         return _section("outputs", "Outputs", '<p class="empty">The job reported no outputs.</p>')
     trs = "".join(f'<tr data-output="{_e(k)}"><td>{_e(k)}</td><td><span class="mono">{_value(v)}</span></td></tr>'
@@ -426,7 +428,7 @@ def _line_chart(name: str, points: Iterable[Sequence[float]]) -> str:
 LN_W, LN_H = 760, 260
 
 
-def _lineage_chart(rows: list[dict], metric: str | None) -> str:
+def _lineage_chart(rows: list[JSONObject], metric: str | None) -> str:
     """The metric per interval (x: intervals in order, gaps kept), promoted ones marked."""
     values = [(i, r, _number((r.get("metrics") or {}).get(metric))) for i, r in enumerate(rows)] if metric else []
     pts = [(i, r, v) for i, r, v in values if v is not None]
@@ -578,7 +580,7 @@ def _duration(seconds: Any) -> str:
     return "".join(p for p in parts if p) or "0s"
 
 
-def _interval(row: dict) -> str:
+def _interval(row: JSONObject) -> str:
     start, end = _parse(row.get("start")), _parse(row.get("end"))
     if start is None or end is None:
         return _e(row.get("interval"))
@@ -587,7 +589,7 @@ def _interval(row: dict) -> str:
             f'<time datetime="{_e(end.isoformat())}">{_e(end.astimezone(UTC).strftime(fmt))}</time>')
 
 
-def _short_interval(row: dict) -> str:
+def _short_interval(row: JSONObject) -> str:
     start = _parse(row.get("start"))
     if start is None:
         return str(row.get("interval") or "")[:16]

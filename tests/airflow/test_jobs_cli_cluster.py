@@ -12,8 +12,8 @@ import uuid
 import pytest
 import yaml
 
-from dlc_airflow.backends import get_backend
 from dlc_airflow.cli import main
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import JOBSET, POD
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import LABEL_JOB, TaskIdentity
@@ -48,7 +48,7 @@ def submitted(kube, admin, controllers, k8s_conn, tmp_path):
     yield runners, refs, run_id
     undo()
     for backend, ref in refs.items():
-        runners[backend].stop(ref)
+        runners[backend].delete(ref)
 
 
 def cli(capsys, conn_id: str, *args: str) -> tuple[int, str, str]:

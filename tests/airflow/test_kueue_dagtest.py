@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import JOBSET, POD
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import LABEL_JOB

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from dlc_airflow.k8s.backends.base import STOPPED_ANNOTATION
 from dlc_airflow.k8s.kinds import JOB, POD, SERVICE
 from dlc_airflow.naming import MANAGED_BY
 from dlc_airflow.spec import DLCJob
@@ -54,6 +55,16 @@ def managed(kube, kind):
     return kube.list(kind, labels={MANAGED_BY: "dlc-airflow"})[0]
 
 
+def stopped_and_kept(kube, kind=JOB) -> bool:
+    """The job's objects are there, each marked stopped (its status reads STOPPED), and none of
+    its pods runs: stopped, as on every backend, and kept (on_finish='keep')."""
+    objects = managed(kube, kind)
+    running = [p for p in managed(kube, POD) if (p.get("status") or {}).get("phase") in ("Pending", "Running")
+               and not p["metadata"].get("deletionTimestamp")]
+    return bool(objects) and all(STOPPED_ANNOTATION in (o["metadata"].get("annotations") or {}) for o in objects) \
+        and not running
+
+
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_success(kube, k8s_conn, dag_files, deferrable):
     from dlc_airflow.k8s.watch import REGISTRY
@@ -93,7 +104,15 @@ def test_timeout_stops_the_job(kube, k8s_conn, dag_files, deferrable, capfd):
     _, ti = run_dag(dag_files, k8s_conn, training_job(run_for="600s"), deferrable=deferrable, timeout=4)
     assert ti.state == "failed"
     assert "did not finish within timeout" in "".join(capfd.readouterr())
-    assert managed(kube, JOB) == []  # stopped: nothing left running
+    wait_until(lambda: stopped_and_kept(kube), "the job stopped and kept, nothing of it running")
+    assert xcom(ti, "dlc_job")["place"] == kube.namespace
+
+
+def test_timeout_with_on_finish_delete_stops_and_deletes_the_job(kube, k8s_conn, dag_files, capfd):
+    _, ti = run_dag(dag_files, k8s_conn, training_job(run_for="600s"), deferrable=False, timeout=4,
+                    on_finish="delete")
+    assert ti.state == "failed" and "did not finish within timeout" in "".join(capfd.readouterr())
+    assert managed(kube, JOB) == [] and managed(kube, SERVICE) == []
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
@@ -105,8 +124,7 @@ def test_queue_timeout_fails_with_the_schedulers_reason(kube, k8s_conn, dag_file
     assert "was not scheduled within queue_timeout" in text
     assert "Insufficient nvidia.com/gpu" in text
     assert "[event] Pod " in text and "FailedScheduling" in text  # the scheduler's Event, in the task log
-    assert managed(kube, JOB) == []
-    wait_until(lambda: managed(kube, POD) == [], "the garbage collector to delete the pods")
+    wait_until(lambda: stopped_and_kept(kube), "the job stopped and kept, its pods gone")
 
 
 def test_logs_and_outputs_reach_the_task(kube, admin, k8s_conn, dag_files, capfd, tmp_path):
@@ -214,7 +232,7 @@ def test_a_task_that_fails_after_submitting_stops_its_job(kube, k8s_conn, dag_fi
     assert ti.state == "failed"
     text = "".join(capfd.readouterr())
     assert "the worker lost its way" in text and "stopping the job" in text
-    wait_until(lambda: managed(kube, JOB) == [], "the job to be stopped")
+    wait_until(lambda: stopped_and_kept(kube), "the job to be stopped")
 
 
 RETRIED_DAG = '''

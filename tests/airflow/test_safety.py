@@ -1,7 +1,7 @@
 """Safe by default on a shared Airflow (issue 9), through real Airflow (dag.test): the
 admin's policy refuses before anything is created, on the local backend and on the real
 control plane (restricted identity); jobs whose pods can never be created fail within
-queue_timeout with the API server's own message and are stopped."""
+queue_timeout with the API server's own message and are stopped (and kept, STOPPED)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from dlc_airflow.k8s.kinds import JOB, JOBSET, POD, PYTORCH_JOB, RAY_JOB, TRAIN_JOB
+from dlc_airflow.k8s.kinds import JOB, JOBSET, PYTORCH_JOB, RAY_JOB, TRAIN_JOB
 from dlc_airflow.naming import MANAGED_BY
-from tests.airflow.test_operator_dagtest import training_job, wait_until
+from tests.airflow.test_operator_dagtest import stopped_and_kept, training_job, wait_until
 
 
 def managed(kube, kind=JOB):
@@ -78,7 +78,7 @@ def test_a_missing_service_account_fails_within_queue_timeout_with_the_servers_m
     text = "".join(capfd.readouterr())
     assert "could not start within queue_timeout (15s): " + reporter in text, text[-3000:]
     assert 'serviceaccount "nope" not found' in text
-    wait_until(lambda: managed(kube, kind) == [] and managed(kube, POD) == [], "the job to be stopped")
+    wait_until(lambda: stopped_and_kept(kube, kind), "the job to be stopped")
 
 
 def test_pod_security_refusing_a_host_path_fails_with_the_servers_message(
@@ -98,7 +98,7 @@ def test_pod_security_refusing_a_host_path_fails_with_the_servers_message(
     assert ti.state == "failed"
     text = "".join(capfd.readouterr())
     assert "could not start within queue_timeout" in text and "PodSecurity" in text and "hostPath" in text
-    wait_until(lambda: managed(kube) == [], "the job to be stopped")
+    wait_until(lambda: stopped_and_kept(kube), "the job to be stopped")
 
 
 def test_an_image_that_cannot_be_pulled_fails_within_queue_timeout_with_the_kubelets_message(
@@ -112,7 +112,7 @@ def test_an_image_that_cannot_be_pulled_fails_within_queue_timeout_with_the_kube
     text = "".join(capfd.readouterr())
     assert "could not start within queue_timeout (10s)" in text and "ErrImagePull" in text
     assert 'failed to pull and unpack image "registry.local/train:1": not found' in text
-    wait_until(lambda: managed(kube) == [], "the job to be stopped")
+    wait_until(lambda: stopped_and_kept(kube), "the job to be stopped")
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
@@ -132,4 +132,4 @@ def test_a_job_kueue_does_not_admit_fails_within_queue_timeout_with_kueues_reaso
     text = "".join(capfd.readouterr())
     assert "was not scheduled within queue_timeout (15s): Kueue: couldn't assign flavors" in text, text[-3000:]
     assert "insufficient quota for nvidia.com/gpu" in text
-    wait_until(lambda: managed(kube, JOBSET) == [], "the job to be stopped")
+    wait_until(lambda: stopped_and_kept(kube, JOBSET), "the job to be stopped")

@@ -16,6 +16,7 @@ import pytest
 from dlc_airflow.k8s.kinds import JOB
 from dlc_airflow.naming import LABEL_JOB, MANAGED_BY
 from tests.airflow.conftest import restricted_kubeconfig
+from tests.airflow.test_operator_dagtest import stopped_and_kept
 from tests.support.airflow_stack import AirflowStack
 
 RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
@@ -178,5 +179,5 @@ def test_killing_the_task_stops_the_job(stack_for, kube, deferrable):
     wait(lambda: jobs_of(kube), 60, "the job")
     time.sleep(2)
     mark_failed(stack, dag_id, run_id)
-    wait(lambda: not jobs_of(kube), 120, "the job to be stopped")
+    wait(lambda: stopped_and_kept(kube), 120, "the job to be stopped (and kept, STOPPED)")
     assert stack.task_instance(dag_id, run_id, "train")["state"] == "failed"

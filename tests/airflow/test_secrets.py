@@ -277,8 +277,8 @@ def test_a_missing_source_fails_the_native_task_leaving_nothing(runner_role, env
 def test_every_backend_with_secrets_is_accepted_by_the_api_server(runner_role, kube, monkeypatch, backend, job_type):
     """What each Kubernetes backend submits for a job with every kind of source passes the real
     API server's validation (the CRDs' schemas too) as the restricted identity (dry run)."""
-    from dlc_airflow.backends import get_backend
-    from dlc_airflow.secrets import fill_job_secret
+    from dlc_airflow.k8s.backends import get_backend
+    from dlc_airflow.k8s.backends.jobsecret import fill_job_secret
     from dlc_airflow.spec import parse_job
 
     monkeypatch.setenv("AIRFLOW_VAR_ACCEPT_TOK", "accept-value-1")  # outside a task: the env backend
@@ -297,7 +297,7 @@ def test_every_backend_with_secrets_is_accepted_by_the_api_server(runner_role, k
 def test_adopting_a_job_keeps_its_secret_without_reading_it(runner_role, kube, admin, monkeypatch):
     """A retry adopts the job a cut-short try made (the Secret exists): the Role cannot get
     Secrets, and the submit completes the job without reading it back."""
-    from dlc_airflow.backends import get_backend
+    from dlc_airflow.k8s.backends import get_backend
     from dlc_airflow.k8s.runner import KubeRunner
     from dlc_airflow.naming import TaskIdentity
     from dlc_airflow.spec import parse_job
@@ -308,7 +308,7 @@ def test_adopting_a_job_keeps_its_secret_without_reading_it(runner_role, kube, a
     runner = KubeRunner(kube, get_backend("native"), kube.namespace)
     name = "adopt-secret-1"
     objects = get_backend("native").render(job, name, identity, 1)
-    from dlc_airflow.secrets import fill_job_secret
+    from dlc_airflow.k8s.backends.jobsecret import fill_job_secret
 
     objects, _ = fill_job_secret(objects, job, name)
     primary = kube.create(objects[0], kube.namespace)  # a try cut short after its first two creates
@@ -334,7 +334,7 @@ def test_the_trigger_masks_the_values_itself_from_references(monkeypatch):
     from airflow.sdk._shared.secrets_masker import redact, reset_secrets_masker
 
     from dlc_airflow.airflow.trigger import DLCJobTrigger
-    from dlc_airflow.secrets import TriggerSecrets
+    from dlc_airflow.secrets.mask import TriggerSecrets
     from dlc_airflow.spec import parse_job
 
     tag = uuid.uuid4().hex[:8]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from dlc_airflow.backends.podspec import PRELUDE_ARGV0
+from dlc_airflow.k8s.backends.podspec import PRELUDE_ARGV0
 
 _FIELD = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")
 _PLAIN_FIELDS = {

@@ -9,9 +9,11 @@ from __future__ import annotations
 import uuid
 
 from dlc_airflow import naming
-from dlc_airflow.backends import BACKENDS, BackendError, get_backend
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
-from dlc_airflow.k8s.client import FIELD_MANAGER, Conflict, KubeClient
+from dlc_airflow.k8s.backends import BACKENDS, get_backend
+from dlc_airflow.k8s.client import FIELD_MANAGER, KubeClient
+from dlc_airflow.k8s.errors import Conflict
 from dlc_airflow.k8s.kinds import ResourceKind, kind_of
 from dlc_airflow.spec import DLCJob
 

@@ -13,13 +13,7 @@ import uuid
 
 import pytest
 
-from dlc_airflow.k8s.client import (
-    AdmissionDenied,
-    AuthError,
-    Forbidden,
-    KubeError,
-    Unauthorized,
-)
+from dlc_airflow.k8s.errors import AdmissionDenied, AuthError, Forbidden, KubeError, Unauthorized
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, NAMESPACE, SECRET
 from tests.support.cluster import K8S_LOCAL, SA_NAME, SA_NAMESPACE
 

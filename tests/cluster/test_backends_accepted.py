@@ -22,9 +22,10 @@ import json
 
 import pytest
 
-from dlc_airflow import naming
-from dlc_airflow.backends import BackendError, get_backend
-from dlc_airflow.k8s.client import KubeError
+from dlc_airflow import naming, registry
+from dlc_airflow.errors import BackendError
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.errors import KubeError
 from dlc_airflow.k8s.kinds import CONFIG_MAP, EVENT, JOB, POD, SERVICE, kind_of
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob
@@ -160,8 +161,11 @@ def _pod_templates_are_admitted(admin, namespace, objects) -> None:
 def test_unsupported_pair_is_refused_in_one_line(job_type, backend):
     rich = DLCJob(type=job_type, image=IMAGE, command=list(COMMAND), roles=RICH_ROLES[job_type])
     for job in (minimal(job_type), rich):
-        with pytest.raises(BackendError) as err:
+        with pytest.raises(BackendError) as refused:
             get_backend(backend).render(job, "demo-0123abcd-1")
+        assert f"'{job_type}'" in str(refused.value) and f"{backend} backend" in str(refused.value)
+        with pytest.raises(BackendError) as err:  # every caller checks through the registry first
+            registry.check(backend, job)
         message = str(err.value)
         assert "\n" not in message
         assert f"'{job_type}'" in message and f"{backend} backend" in message
@@ -170,8 +174,10 @@ def test_unsupported_pair_is_refused_in_one_line(job_type, backend):
 
 def test_trainer_refuses_what_trainjob_cannot_express_in_one_line():
     job = DLCJob(type="pytorch", image=IMAGE, command=list(COMMAND), roles={"worker": 2}, **NOT_ON_TRAINER)
-    with pytest.raises(BackendError) as err:
+    with pytest.raises(BackendError):
         get_backend("trainer").render(job, "demo-0123abcd-1")
+    with pytest.raises(BackendError) as err:  # the registry names the backends that run it
+        registry.check("trainer", job)
     message = str(err.value)
     assert "\n" not in message and "trainer backend" in message and "backend=" in message
     for what in ("code", "health_check", "fault_tolerance.max_restarts"):

@@ -24,12 +24,13 @@ import uuid
 import pytest
 
 from dlc_airflow.airflow.waiting import wait_sync
-from dlc_airflow.backends import get_backend
 from dlc_airflow.finish import OnFinish, finish
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, NAMESPACE, SERVICE, ResourceKind
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import MANAGED_BY, TaskIdentity
 from dlc_airflow.spec import DLCJob
+from dlc_airflow.status import JobState
 from dlc_airflow.submission import submit_or_adopt
 from tests.airflow.conftest import airflow_db, dag_files, k8s_conn  # noqa: F401 - fixtures used below
 from tests.cluster.polling import wait_for
@@ -115,7 +116,7 @@ QUOTA_CASES = {
 
 @pytest.mark.parametrize("backend, spec, hard, words", QUOTA_CASES.values(), ids=QUOTA_CASES.keys())
 def test_quota_refusals(kube, admin, namespace, backend, spec, hard, words):
-    from dlc_airflow.runner import SubmitError
+    from dlc_airflow.errors import SubmitError
 
     _quota(admin, namespace, hard)
     runner = KubeRunner(kube, get_backend(backend))
@@ -147,7 +148,7 @@ def admission_policy(admin, namespace):
         "restartPolicy": "Never", "containers": [{"name": "c", "image": IMAGE}]}}}}
 
     def in_force() -> bool:  # a policy takes a moment to reach the admission plugin
-        from dlc_airflow.k8s.client import KubeError
+        from dlc_airflow.k8s.errors import KubeError
 
         try:
             admin.create(probe, namespace, dry_run=True)
@@ -171,7 +172,7 @@ ADMISSION_CASES = {
 
 @pytest.mark.parametrize("backend, spec, words", ADMISSION_CASES.values(), ids=ADMISSION_CASES.keys())
 def test_admission_policy_refusals(kube, admission_policy, backend, spec, words):
-    from dlc_airflow.runner import SubmitError
+    from dlc_airflow.errors import SubmitError
 
     runner = KubeRunner(kube, get_backend(backend))
     with pytest.raises(SubmitError) as err:
@@ -180,7 +181,7 @@ def test_admission_policy_refusals(kube, admission_policy, backend, spec, words)
     nothing_left(kube, backend)
     # the same job with the label the admin asks for is admitted
     labelled = spec.model_copy(update={"labels": {"team": "ml"}})
-    runner.stop(submit_or_adopt(runner, labelled, identity(), base_name="quota").ref)
+    runner.delete(submit_or_adopt(runner, labelled, identity(), base_name="quota").ref)
 
 
 @pytest.fixture
@@ -204,7 +205,7 @@ RBAC_CASES = {
 
 @pytest.mark.parametrize("backend, spec, resource", RBAC_CASES.values(), ids=RBAC_CASES.keys())
 def test_a_namespace_without_the_role(cluster, admin, unbound_namespace, backend, spec, resource):
-    from dlc_airflow.k8s.client import Forbidden
+    from dlc_airflow.k8s.errors import Forbidden
 
     kube = cluster.restricted(unbound_namespace)
     with pytest.raises(Forbidden) as err:
@@ -261,13 +262,12 @@ def test_pod_security(pod_security, level, spec, words):
     outcome = finish(runner, sub.ref, verdict, pods, on_finish=OnFinish.KEEP, log=LOG, owner_try=1)
     assert not outcome.ok and time.monotonic() - start < 60
     one_line(outcome.error or "", [f"job {sub.ref.name} could not start within queue_timeout (12s)", *words])
-    wait_for(lambda: not [n for _, n in managed(kube) if n.startswith(sub.ref.name)], timeout=30,
-             what="the job stopped and removed")
+    assert runner.status(sub.ref).state is JobState.STOPPED  # stopped, and kept (on_finish='keep')
+    assert runner.pods(sub.ref) == []  # none was ever admitted
 
 
 def test_baseline_admits_the_jobs_we_render(pod_security):
     """The control case: what the spec can express without host paths passes `baseline`."""
-    from dlc_airflow.status import JobState
 
     kube = pod_security("baseline")
     runner = KubeRunner(kube, get_backend("native"))
@@ -275,7 +275,7 @@ def test_baseline_admits_the_jobs_we_render(pod_security):
                                       resources={"shared_memory": "1Gi"}), identity(), base_name="ok")
     verdict, pods = wait_sync(runner, sub.ref, LOG, queue_timeout=60, timeout=120, stream_logs=False)
     assert verdict.status.state is JobState.SUCCEEDED, verdict.message
-    runner.stop(sub.ref)
+    runner.delete(sub.ref)
 
 
 # -- rendered at run time -------------------------------------------------------------------

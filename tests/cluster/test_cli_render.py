@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
-from dlc_airflow.k8s.client import KubeError
+from dlc_airflow.k8s.errors import KubeError
 from tests.unit.test_cli import EXAMPLES, cli, supported_backends
 
 PAIRS = [(path, backend) for path in EXAMPLES for backend in supported_backends(path)]

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from dlc_airflow.k8s.client import Forbidden
+from dlc_airflow.k8s.errors import Forbidden
 from dlc_airflow.k8s.kinds import JOB, NODE, POD, SECRET, SERVICE, ResourceKind
 
 LOGS = ResourceKind("kwok.x-k8s.io/v1alpha1", "Logs", "logs")

@@ -1,8 +1,8 @@
 """The life of a job under each CRD backend's real controller (JobSet, Training Operator,
 Trainer, KubeRay): a retry adopts the running job and claims it, another task's job of the
-same name is refused, a preempted pod is recovered the way the controller does it, and
-stopping the job leaves no pod and no object it made behind (every kind the controller
-creates, listed as the administrator sees them).
+same name is refused, a preempted pod is recovered the way the controller does it, stopping
+the job (suspend) ends its pods and keeps it, STOPPED, and deleting it leaves no object it made
+behind (every kind the controller creates, listed as the administrator sees them).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import pytest
 
-from dlc_airflow.backends import get_backend
+from dlc_airflow.errors import OwnershipError
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, JOBSET, POD, SERVICE, WORKLOAD, ResourceKind
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import TaskIdentity
-from dlc_airflow.runner import OwnershipError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from dlc_airflow.submission import Action, submit_or_adopt
@@ -71,7 +71,7 @@ def running_pods(admin, namespace: str, name: str, role: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_retry_adopts_the_running_job_and_stopping_it_leaves_nothing(lifecycle, backend):
+def test_a_retry_adopts_the_running_job_and_deleting_it_leaves_nothing(lifecycle, backend):
     runners, admin, ns = lifecycle
     runner = runners[backend]
     first_try = identity(1)
@@ -87,11 +87,27 @@ def test_a_retry_adopts_the_running_job_and_stopping_it_leaves_nothing(lifecycle
     with pytest.raises(OwnershipError, match="belongs to another task"):
         runner.submit(job(backend), first.ref.name, identity(), 1)
     assert leftovers(admin, ns, first.ref.name)
-    runner.stop(first.ref)
+    runner.delete(first.ref)
     wait_for(lambda: not leftovers(admin, ns, first.ref.name), timeout=90,
              what=f"nothing of {first.ref.name} left ({leftovers(admin, ns, first.ref.name)})")
 
 
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stop_ends_the_pods_and_keeps_the_job_stopped(lifecycle, backend):
+    runners, admin, ns = lifecycle
+    runner = runners[backend]
+    ref, _ = runner.submit(job(backend), f"st-{backend[:4]}-{uuid.uuid4().hex[:6]}", identity(), 1)
+    wait_state(runner, ref, {JobState.RUNNING}, timeout=90)
+    assert runner.stop(ref) == 1  # the primary, suspended (and marked)
+    assert runner.status(ref).state is JobState.STOPPED
+    wait_for(lambda: not running_pods(admin, ns, ref.name, "worker"), timeout=90, what="the stopped job's pods gone")
+    assert runner.objects(ref), "the stopped job is kept"
+    assert runner.stop(ref) == 0  # it has ended
+    runner.delete(ref)
+    wait_for(lambda: not leftovers(admin, ns, ref.name), timeout=90,
+             what=f"nothing of {ref.name} left ({leftovers(admin, ns, ref.name)})")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -117,6 +133,6 @@ def test_a_preempted_pod_is_replaced_and_the_job_succeeds(lifecycle, backend):
              timeout=90, what=f"the preempted {role} pod replaced")
     done = wait_state(runner, ref, {JobState.SUCCEEDED, JobState.FAILED}, timeout=150)
     assert done.state is JobState.SUCCEEDED, done.summary()
-    runner.stop(ref)
+    runner.delete(ref)
     # restart_on_preemption: a preempted replica is replaced without counting a restart
     assert done.restarts == 0, done.summary()

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
-from dlc_airflow.k8s.client import KubeError
-from dlc_airflow.k8s.kinds import JOB, JOBSET, POD, PYTORCH_JOB, TRAIN_JOB, ResourceKind
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.errors import KubeError
+from dlc_airflow.k8s.kinds import JOB, JOBSET, POD, PYTORCH_JOB, TRAIN_JOB, ResourceKind, ref_kinds
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, condition
@@ -222,7 +222,7 @@ def test_every_pair_succeeds_through_its_controller(finished, job_type, backend)
     kube, admin, refs, statuses = finished
     ref, status = refs[(job_type, backend)], statuses[(job_type, backend)]
     assert (status.state, status.reason) == (JobState.SUCCEEDED, reasons.COMPLETED), status.summary()
-    primary = kube.get(ref.kind, ref.name)
+    primary = kube.get(ref_kinds(ref)[0], ref.name)
     assert controller_says_succeeded(backend, primary), primary.get("status")
     pods = [p for p in admin.list(POD, kube.namespace)[0] if p["metadata"]["name"].startswith(ref.name)]
     assert pods, "the controller made no pods"
@@ -356,7 +356,8 @@ def test_a_retryable_failure_restarts_then_uses_up_the_budget(failed, backend):
 def test_the_training_operator_restarts_a_retryable_exit_code(failed):
     """Under the ExitCode policy the operator recreates a replica that exited 128-255, and counts no
     backoff for it (runPolicy.backoffLimit is not reached this way: README, the job controllers).
-    Our status says RESTARTING, counted; stopping it leaves no pod and no job behind."""
+    Our status says RESTARTING, counted; stopping it (runPolicy.suspend) leaves no pod behind and keeps
+    the job, STOPPED."""
     statuses, kube, admin, runners, refs = failed
     key = ("retryable", "kubeflow")
     status = statuses[key]
@@ -365,4 +366,5 @@ def test_the_training_operator_restarts_a_retryable_exit_code(failed):
     name = refs[key].name
     wait_for(lambda: not [p for p in admin.list(POD, kube.namespace)[0] if p["metadata"]["name"].startswith(name)],
              timeout=60, what="the job's pods to go")
-    assert kube.get(PYTORCH_JOB, name) is None or runners["kubeflow"].status(refs[key]).terminal
+    assert kube.get(PYTORCH_JOB, name) is not None
+    assert runners["kubeflow"].status(refs[key]).state is JobState.STOPPED

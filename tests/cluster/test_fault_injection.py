@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dlc_airflow.k8s.client import KubeError
+from dlc_airflow.k8s.errors import KubeError
 from dlc_airflow.k8s.kinds import CONFIG_MAP
 
 

@@ -13,13 +13,13 @@ import time
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import POD, WORKLOAD
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, condition
 from tests.cluster.polling import wait_all_terminal, wait_for
-from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, unique_name
+from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, RUN_FOR, unique_name
 from tests.support.cluster import create_test_namespace, delete_namespace
 
 # A small job per backend, multi-role where the backend makes one Workload of it.
@@ -97,4 +97,28 @@ def test_a_job_over_quota_stays_queued_whole(queued, backend):
         finally:
             follower.close()
     finally:
-        runner.stop(ref)
+        runner.delete(ref)
+
+
+@pytest.mark.parametrize("backend", list(SMALL))
+def test_stopping_a_queued_job_keeps_it_stopped_under_kueue(queued, backend):
+    """Kueue owns a queued job's suspend: stopping it deactivates its Workload too, so Kueue does
+    not resume it; the job is kept, STOPPED, and nothing of it runs."""
+    kube, admin = queued
+    runner = KubeRunner(kube, get_backend(backend))
+    job = DLCJob(image=IMAGE, command=list(COMMAND), resources={"cpu": "1", "memory": "1Gi"},
+                 scheduling={"queue": "team-a"}, annotations={RUN_FOR: "600s"}, **SMALL[backend])
+    ref, _ = runner.submit(job, unique_name(f"stq-{backend[:4]}"), IDENTITY, 1)
+    try:
+        wait_for(lambda: workloads_of(admin, kube.namespace, ref.name), timeout=30, what="Kueue's Workload")
+        assert runner.stop(ref) >= 1
+        assert runner.status(ref).state is JobState.STOPPED
+        wait_for(lambda: all(w["spec"].get("active") is False for w in workloads_of(admin, kube.namespace, ref.name)),
+                 timeout=30, what="the Workload deactivated")
+        time.sleep(3)  # would Kueue resume it?
+        assert runner.status(ref).state is JobState.STOPPED and runner.objects(ref)
+        wait_for(lambda: not [p for p in admin.list(POD, kube.namespace)[0]
+                              if p["metadata"]["name"].startswith(ref.name) and p["status"].get("phase") == "Running"],
+                 timeout=60, what="nothing of the stopped job running")
+    finally:
+        runner.delete(ref)

@@ -19,13 +19,15 @@ nodes are exactly the on-demand quota (3 x 8 GPUs).
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import JOBSET, POD
 from dlc_airflow.k8s.runner import KubeRunner
+from dlc_airflow.runner import Replica
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus
 from tests.cluster.polling import wait_for, wait_state
@@ -63,7 +65,7 @@ class Watched:
         self.follower = runner.follow(ref)
         self.follower.start(self._on_status)
 
-    def _on_status(self, status: JobStatus, pods: list[dict]) -> None:
+    def _on_status(self, status: JobStatus, replicas: Sequence[Replica]) -> None:
         with self._lock:
             self.seen.append(status)
 
@@ -87,7 +89,7 @@ def quota(controllers, admin, request):
     started: list = []
     yield runner, admin, started
     for ref in started:
-        runner.stop(ref)
+        runner.delete(ref)
     delete_namespace(admin, ns)
 
 

@@ -7,13 +7,13 @@ import uuid
 
 import pytest
 
-from dlc_airflow.backends import get_backend
+from dlc_airflow.errors import OwnershipError, SubmitError
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, POD, SERVICE, kind_of
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import MANAGED_BY, TaskIdentity, job_name
-from dlc_airflow.runner import OwnershipError, SubmitError
 from dlc_airflow.spec import DLCJob
-from dlc_airflow.status import condition
+from dlc_airflow.status import JobState, condition
 
 
 def mpi_job() -> DLCJob:
@@ -92,13 +92,21 @@ def test_refused_submission_leaves_nothing_behind(kube):
     assert managed(kube, JOB) == [] and managed(kube, SERVICE) == [] and managed(kube, CONFIG_MAP) == []
 
 
-def test_stop_deletes_every_object(kube):
+def test_stop_keeps_every_object_and_delete_removes_them(kube):
     runner = KubeRunner(kube, get_backend("native"))
     ident = identity()
     ref, _ = runner.submit(mpi_job(), job_name("mpi", ident, 1), ident, 1)
-    assert runner.stop(ref) == 4
+    def names():
+        return sorted(o["metadata"]["name"] for k in (JOB, SERVICE, CONFIG_MAP) for o in managed(kube, k))
+
+    kept = names()
+    assert runner.stop(ref) == 2  # the launcher's and the workers' Jobs
+    assert names() == kept
+    assert runner.status(ref).state is JobState.STOPPED
+    assert runner.stop(ref) == 0  # idempotent: it has ended
+    runner.delete(ref)
     assert managed(kube, JOB) == [] and managed(kube, SERVICE) == [] and managed(kube, CONFIG_MAP) == []
-    assert runner.stop(ref) == 0  # idempotent
+    runner.delete(ref)  # idempotent
 
 
 def test_settle_stops_the_roles_left_running_after_one_role_failed(kube, admin):

@@ -23,8 +23,9 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from dlc_airflow.backends import BACKENDS, BackendError, get_backend
-from dlc_airflow.k8s.client import KubeError
+from dlc_airflow.errors import BackendError
+from dlc_airflow.k8s.backends import BACKENDS, get_backend
+from dlc_airflow.k8s.errors import KubeError
 from dlc_airflow.spec import SpecError, parse_job
 from tests.cluster.spec_strategies import MISTAKES, task_names, valid_specs
 from tests.cluster.specs import IDENTITY, dry_run_strict
@@ -38,7 +39,7 @@ SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_b
 @pytest.fixture(scope="module")
 def restricted(cluster, admin):
     """One namespace for every example (dry-run creates nothing)."""
-    from dlc_airflow.k8s.client import Forbidden
+    from dlc_airflow.k8s.errors import Forbidden
     from dlc_airflow.k8s.kinds import JOBSET
     from tests.cluster.polling import wait_for
 

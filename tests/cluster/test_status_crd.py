@@ -17,10 +17,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
-from dlc_airflow.backends.base import KUEUE_QUEUE_LABEL
-from dlc_airflow.k8s.client import Conflict, KubeClient
-from dlc_airflow.k8s.kinds import kind_of
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.backends.base import KUEUE_QUEUE_LABEL
+from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.errors import Conflict
+from dlc_airflow.k8s.kinds import kind_of, ref_kinds
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
@@ -62,17 +63,17 @@ class Controller:
         self.admin = admin
         self.name = unique_name(prefix)
         self.ref, _ = self.runner.submit(job, self.name, IDENTITY, 1)
-        self.obj = kube.get(self.ref.kind, self.name)
+        self.obj = kube.get(ref_kinds(self.ref)[0], self.name)
 
     def admit(self, patch: dict) -> None:
         """Resume the suspended job, as Kueue does when it admits it."""
-        self.obj = self.admin.patch(self.ref.kind, self.name, patch, namespace=self.obj["metadata"]["namespace"])
+        self.obj = self.admin.patch(ref_kinds(self.ref)[0], self.name, patch, namespace=self.obj["metadata"]["namespace"])
 
     def write(self, status: dict):
         """PUT .../status (strict): the CRD's status schema must take every field as written."""
         path = kind_of(self.obj).path(self.obj["metadata"]["namespace"], self.name, "status")
         for _ in range(5):  # Kueue annotates queued jobs: write on the newest copy
-            current = self.admin.get(self.ref.kind, self.name, namespace=self.obj["metadata"]["namespace"])
+            current = self.admin.get(ref_kinds(self.ref)[0], self.name, namespace=self.obj["metadata"]["namespace"])
             try:
                 self.obj = self.admin.request("PUT", path, body={**current, "status": status},
                                               query={"fieldValidation": "Strict"})

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
-from dlc_airflow.k8s.kinds import POD
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.kinds import JOB, POD, ref_kinds
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import LABEL_JOB
 from dlc_airflow.spec import DLCJob
@@ -63,7 +63,7 @@ def scenarios(cluster, admin):
 
 
 def _submit(runner, job, key):
-    from dlc_airflow.runner import SubmitError
+    from dlc_airflow.errors import SubmitError
 
     try:
         return runner.submit(job, unique_name(key), IDENTITY, 1)
@@ -108,17 +108,21 @@ def test_deadline_exceeded_by_max_running_time(scenarios):
     assert (s.finished - s.started).total_seconds() >= 3
 
 
-def test_unschedulable_is_queued_with_the_schedulers_message_then_stopped(scenarios):
+def test_unschedulable_is_queued_with_the_schedulers_message_then_stopped_then_deleted(scenarios):
     runner, refs = scenarios
     ref = refs["unschedulable"]
     s = wait_state(runner, ref, {JobState.QUEUED}, timeout=60)
     assert s.reason == "Unschedulable" and not s.terminal
     assert "nodes are available" in s.message and "Insufficient nvidia.com/gpu" in s.message
-    assert runner.stop(ref) >= 1  # the Job (its Service may already be gone with it: it is owned)
+    assert runner.stop(ref) == 1  # the Job: a past deadline, and the stop's mark
     s = wait_state(runner, ref, {JobState.STOPPED}, timeout=30)
-    assert s.reason == "NotFound"
-    wait_for(lambda: all(not runner.client.list(k, ref.namespace, labels={LABEL_JOB: ref.name})[0]
-                         for k in ref.kinds), timeout=30, what="every object of the stopped job gone")
+    assert s.reason == "Stopped"  # its objects are kept, as on every backend
+    assert runner.client.list(JOB, ref.place, labels={LABEL_JOB: ref.name})[0]
+    wait_for(lambda: not runner.pods(ref), timeout=60, what="the stopped job's pods gone")
+    assert runner.stop(ref) == 0  # it has ended: nothing to stop
+    runner.delete(ref)
+    wait_for(lambda: all(not runner.client.list(k, ref.place, labels={LABEL_JOB: ref.name})[0]
+                         for k in ref_kinds(ref)), timeout=30, what="every object of the deleted job gone")
 
 
 def test_suspended_for_kueue_is_queued(scenarios):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 
-from dlc_airflow.backends import get_backend
-from dlc_airflow.k8s.kinds import JOB, SERVICE, kind_of
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.kinds import JOB, SERVICE, kind_of, ref_kinds
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import LABEL_JOB, TaskIdentity, job_name
 from dlc_airflow.spec import DLCJob
@@ -69,9 +69,10 @@ def test_a_superseded_try_does_not_stop_its_successors_job(kube):
     assert second.action is Action.ADOPTED and runner.owner_try(second.ref) == 2
     # then try 1's on_kill ("task shouldn't be running anymore") arrives
     assert stop_if_owner(runner, first.ref, try_number=1) is False
-    assert objects(kube, first.ref.name)  # nothing deleted
+    assert not runner.status(first.ref).terminal  # not stopped
     assert stop_if_owner(runner, second.ref, try_number=2) is True
-    assert objects(kube, first.ref.name) == set()
+    assert runner.status(second.ref).state is JobState.STOPPED
+    assert objects(kube, first.ref.name)  # stopped, and kept
 
 
 def test_lookup_finds_a_job_by_name_alone(kube):
@@ -81,6 +82,6 @@ def test_lookup_finds_a_job_by_name_alone(kube):
                  roles={"chief": 1, "worker": 1})
     sub = submit_or_adopt(runner, job, identity(1, run), base_name="tf")
     found = runner.lookup(sub.ref.name)
-    assert found is not None and found.kind.kind == "TFJob" and found.uid == sub.ref.uid
+    assert found is not None and ref_kinds(found)[0].kind == "TFJob" and found.uid == sub.ref.uid
     assert runner.lookup("no-such-job") is None
-    runner.stop(sub.ref)
+    runner.delete(sub.ref)

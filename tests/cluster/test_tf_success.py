@@ -14,8 +14,8 @@ annotation on every change of the pod.
 from __future__ import annotations
 
 from dlc_airflow import reasons
-from dlc_airflow.backends import get_backend
-from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.backends.podspec import COMPLETION_INDEX_ANNOTATION
 from dlc_airflow.k8s.kinds import JOB, POD
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import LABEL_JOB, LABEL_ROLE, child_name

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from dlc_airflow.backends import get_backend
-from dlc_airflow.k8s.client import Gone
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.k8s.errors import Gone
 from dlc_airflow.k8s.kinds import JOB
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.k8s.waiter import JobWaiter
@@ -57,7 +57,7 @@ def follow(runner: KubeRunner, refs, registry: WatchRegistry):
     waiters = []
     for ref in refs:
         rec = Recorder()
-        waiter = JobWaiter(runner.client, runner.backend, ref, "test", registry=registry)
+        waiter = JobWaiter(runner.client, runner.backend, ref, JOB, "test", registry=registry)
         waiter.start(rec)
         recorders[ref.name] = rec
         waiters.append(waiter)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dlc_airflow.local import LocalRunner
+from dlc_airflow.local.jobs import JobFolders
 
 
 @pytest.fixture
 def runner(tmp_path):
-    """A LocalRunner in a fresh folder; every job it started is stopped afterwards."""
-    r = LocalRunner(tmp_path / "jobs")
+    """The local job folders of a fresh root; every job started is stopped afterwards."""
+    r = JobFolders(tmp_path / "jobs")
     r.grace_seconds = 2.0
     yield r
     for name in r.find({}):  # never leave processes behind

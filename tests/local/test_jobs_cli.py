@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dlc_airflow.cli import main
-from dlc_airflow.local.jobrunner import LocalJobRunner
+from dlc_airflow.local.runner import LocalRunner
 from dlc_airflow.naming import TaskIdentity
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
@@ -27,7 +27,7 @@ METRICS = ("import json, os; print('DLC_METRICS ' + json.dumps({'step': 1, 'loss
 def jobs(tmp_path):
     """A local job root with a finished 2-replica job and a long-running one."""
     root = tmp_path / "jobs"
-    runner = LocalJobRunner(str(root))
+    runner = LocalRunner(str(root))
     done = DLCJob(type="batch", image="local", roles={"worker": 2}, env={"API_TOKEN": "s3cr3t-value"},
                   command=[sys.executable, "-c", METRICS])
     ref, _ = runner.submit(done, "prep-a1b2c3-1", TaskIdentity("retrain", "grp.prep", "manual__1"), 1)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from dlc_airflow import reasons
-from dlc_airflow.local import LocalJobError, LocalRunner, procs
+from dlc_airflow.local import procs
+from dlc_airflow.local.jobs import JobFolders, LocalJobError
 from dlc_airflow.local.volumes import LocalMounts
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
@@ -31,7 +32,7 @@ def script(body: str) -> list[str]:
     return [PY, "-c", textwrap.dedent(body)]
 
 
-def wait(runner: LocalRunner, name: str, timeout: float = 30.0, states=None):
+def wait(runner: JobFolders, name: str, timeout: float = 30.0, states=None):
     deadline = time.monotonic() + timeout
     while True:
         status = runner.status(name)
@@ -50,7 +51,7 @@ def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
         time.sleep(0.02)
 
 
-def supervisor_pid(runner: LocalRunner, name: str) -> int:
+def supervisor_pid(runner: JobFolders, name: str) -> int:
     return json.loads((runner.root / name / "supervisor.json").read_text())["pid"]
 
 
@@ -349,7 +350,7 @@ def test_second_submit_adopts_without_a_second_supervisor(runner, tmp_path):
     """))
     assert runner.submit(job, "adopt-me", labels("task-a")) is True
     first = supervisor_pid(runner, "adopt-me")
-    other = LocalRunner(runner.root)  # e.g. the retry of the task, in another process
+    other = JobFolders(runner.root)  # e.g. the retry of the task, in another process
     assert other.submit(job, "adopt-me", labels("task-a")) is False
     assert supervisor_pid(runner, "adopt-me") == first
     # (a supervisor just forked may not show its own command line yet)
@@ -370,12 +371,12 @@ def test_name_taken_by_another_task_is_an_error(runner):
 def test_job_outlives_the_process_that_submitted_it(runner, tmp_path):
     gate, done = tmp_path / "go", tmp_path / "done"
     submitter = textwrap.dedent(f"""
-        from dlc_airflow.local import LocalRunner
+        from dlc_airflow.local.jobs import JobFolders
         from dlc_airflow.spec import DLCJob
         job = DLCJob(image="local", command=[{PY!r}, "-c",
             "import os, time\\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.02)\\n"
             "open({str(done)!r}, 'w').write('done')"])
-        print(LocalRunner({str(runner.root)!r}).submit(job, "detached", {{"{KEY}": "task-a"}}))
+        print(JobFolders({str(runner.root)!r}).submit(job, "detached", {{"{KEY}": "task-a"}}))
     """)
     result = subprocess.run([PY, "-c", submitter], check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -398,7 +399,7 @@ def test_supervisor_killed_means_supervisor_lost(runner, tmp_path):
     assert (status.state, status.reason) == (JobState.FAILED, "SupervisorLost")
     assert "died without writing a final state" in status.message
     wait_for(lambda: not procs.alive(child), 5, "the orphaned replica to be killed")
-    assert LocalRunner(runner.root).status("lost").reason == "SupervisorLost"  # written for good
+    assert JobFolders(runner.root).status("lost").reason == "SupervisorLost"  # written for good
 
 
 def test_missing_job_is_stopped_not_found_and_delete_removes(runner):

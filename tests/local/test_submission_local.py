@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from dlc_airflow.finish import OnFinish, finish, finish_plan
-from dlc_airflow.local.jobrunner import LocalJobRunner
-from dlc_airflow.local.runner import SUPERVISOR_STARTED
+from dlc_airflow.errors import OwnershipError
+from dlc_airflow.finish import OnFinish, finish
+from dlc_airflow.local.jobs import SUPERVISOR_STARTED
+from dlc_airflow.local.runner import LocalRunner
 from dlc_airflow.naming import TaskIdentity, job_name
-from dlc_airflow.progress import Progress, Verdict, VerdictKind, terminal_verdict
-from dlc_airflow.runner import OwnershipError
+from dlc_airflow.progress import Progress, VerdictKind, terminal_verdict
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus
 from dlc_airflow.submission import Action, stop_if_owner, submit_or_adopt
@@ -32,7 +32,7 @@ def identity(try_number: int = 1, task: str = "t") -> TaskIdentity:
     return TaskIdentity(dag_id="d", task_id=task, run_id="r", try_number=try_number)
 
 
-def wait_terminal(runner: LocalJobRunner, ref, timeout: float = 30.0) -> JobStatus:
+def wait_terminal(runner: LocalRunner, ref, timeout: float = 30.0) -> JobStatus:
     deadline = time.monotonic() + timeout
     while not (status := runner.status(ref)).terminal:
         assert time.monotonic() < deadline, f"{ref.name} still {status.summary()}"
@@ -42,7 +42,7 @@ def wait_terminal(runner: LocalJobRunner, ref, timeout: float = 30.0) -> JobStat
 
 @pytest.fixture
 def runner(tmp_path):
-    return LocalJobRunner(str(tmp_path / "jobs"))
+    return LocalRunner(str(tmp_path / "jobs"))
 
 
 def test_first_try_submits_then_a_retry_adopts_the_live_job(runner):
@@ -86,11 +86,11 @@ def test_a_half_submitted_job_is_completed_by_the_retry(runner, monkeypatch):
         raise KeyboardInterrupt("task process killed between the two steps")
 
     with monkeypatch.context() as patch:
-        patch.setattr(type(runner.local), "_start_supervisor", killed)
+        patch.setattr(type(runner.folders), "_start_supervisor", killed)
         with pytest.raises(KeyboardInterrupt):
             submit_or_adopt(runner, job(), identity(1), base_name="half")
     (ref,) = runner.find(identity(1), job())
-    assert not (runner.local.root / ref.name / SUPERVISOR_STARTED).exists()
+    assert not (runner.folders.root / ref.name / SUPERVISOR_STARTED).exists()
     retry = submit_or_adopt(runner, job(), identity(2), base_name="half")
     assert retry.action is Action.ADOPTED and retry.ref.name == ref.name
     assert wait_terminal(runner, ref).state is JobState.SUCCEEDED
@@ -122,25 +122,6 @@ def test_local_refs_carry_a_uid(runner):
 
 
 # -- the finish path ---------------------------------------------------------------
-
-
-def verdict(kind: VerdictKind, state: str) -> Verdict:
-    return Verdict(kind, JobStatus(state=JobState(state)), f"job x {state.lower()}")
-
-
-@pytest.mark.parametrize("kind,state,owner,on_finish,expected", [
-    (VerdictKind.FINISHED, "SUCCEEDED", True, OnFinish.KEEP, (False, True, False, True)),
-    (VerdictKind.FINISHED, "SUCCEEDED", True, OnFinish.DELETE, (False, True, True, True)),
-    (VerdictKind.FINISHED, "FAILED", True, OnFinish.DELETE, (False, True, True, False)),
-    (VerdictKind.TIMEOUT, "RUNNING", True, OnFinish.DELETE, (True, False, False, False)),
-    (VerdictKind.QUEUE_TIMEOUT, "QUEUED", True, OnFinish.KEEP, (True, False, False, False)),
-    # a sensor only watches: it never stops, settles or deletes
-    (VerdictKind.TIMEOUT, "RUNNING", False, OnFinish.KEEP, (False, False, False, False)),
-    (VerdictKind.FINISHED, "SUCCEEDED", False, OnFinish.DELETE, (False, False, False, True)),
-])
-def test_finish_plan(kind, state, owner, on_finish, expected):
-    plan = finish_plan(verdict(kind, state), on_finish, owner)
-    assert (plan.stop, plan.settle, plan.delete, plan.ok) == expected
 
 
 def test_finish_records_deletes_and_reports(runner, caplog):

@@ -7,6 +7,7 @@ checkpoint to a PVC, which the test reads back from the volume's folder on this 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -48,10 +49,12 @@ def check_ddp(ti, admin, namespace: str, claim: str, backend: str, text: str) ->
     result = xcom(ti)
     # every rank's all_reduce gave 1 + 2 (the ranks' own assert would have failed the job)
     assert result["metrics"]["allreduce"] == 3.0 and result["metrics"]["world_size"] == 2
-    hosts = {k: v for k, v in result["outputs"].items() if k.startswith("rank_host_")}
-    assert sorted(hosts) == ["rank_host_0", "rank_host_1"] and len(set(hosts.values())) == 2, hosts
-    # the ranks' own lines streamed into the task log, prefixed with their replica
-    assert "] rank 0/2 on " in text and "] rank 1/2 on " in text and "all_reduce 3" in text
+    # the ranks' own lines streamed into the task log, prefixed with their replica: two ranks
+    # on two pods (a Kubeflow job's pods still running when its master ends are deleted with
+    # what they reported, so the coordinator's report is the one every backend keeps)
+    hosts = dict(re.findall(r"\] rank (\d)/2 on (\S+): all_reduce 3 ", text))
+    assert sorted(hosts) == ["0", "1"] and len(set(hosts.values())) == 2, task_log(text)
+    assert result["outputs"]["rank_host_0"] == hosts["0"]
     # the checkpoint rank 0 saved is on the claim's volume
     checkpoint = volume_folder(admin, namespace, claim) / backend / "step-000001" / "model.pt"
     assert torch.load(checkpoint) == {"allreduce": 3.0, "world": 2}

@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import pytest
 
 from dlc_airflow import naming
+from dlc_airflow.errors import OwnershipError, SubmitError
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.pai.client import PaiClient, PaiError
 from dlc_airflow.pai.poller import PollerRegistry
 from dlc_airflow.pai.runner import PaiRunner
 from dlc_airflow.pai.settings import PaiConfigError, settings_from
-from dlc_airflow.runner import OwnershipError, SubmitError
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from tests.pai.conftest import AK, REGION, SECRETS, STS_AK, STS_SECRET, STS_TOKEN, WORKSPACE
@@ -127,7 +127,7 @@ def test_submit_find_adopt_claim_and_stop(standin, runner):
     job = training(STANDIN_RUN_SECONDS="30")
     name = naming.job_name("train", who, 1)
     ref, created = runner.submit(job, name, who, 1)
-    assert created and ref.uid.startswith("dlc") and ref.namespace == WORKSPACE
+    assert created and ref.uid.startswith("dlc") and ref.place == WORKSPACE
     found = runner.find(who, job)
     assert [r.uid for r in found] == [ref.uid]
     again, created_again = runner.submit(job, name, who, 1)  # a retried task: adopts, creates nothing
@@ -187,7 +187,7 @@ def test_states_through_a_restart(runner, outcome, end):
     if end is JobState.FAILED:
         assert "exited with code 3" in seen[-1].message
     events = runner.events(ref)
-    assert any("Restarting" in e["message"] and e["type"] == "Warning" for e in events)
+    assert any("Restarting" in e.message and e.warning for e in events)
 
 
 def test_logs_stream_without_repeats_and_metrics_come_back(runner):

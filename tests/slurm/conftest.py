@@ -14,18 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.airflow.conftest import airflow_db, dag_files  # noqa: F401 - the Airflow fixtures, here too
-from tests.conftest import IN_CI
-from tests.support.slurm import SlurmUnavailable, acquire_slurm
+from tests.support.slurm import slurm_or_skip
 
 
 @pytest.fixture(scope="session")
 def slurm():
-    try:
-        found = acquire_slurm()
-    except SlurmUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"CI=true and Slurm is not serving: {exc}", pytrace=False)
-        pytest.skip(str(exc))
+    found = slurm_or_skip()
     print(f"\nslurm tests run against: {found.source} ({found.url})")
     yield found
     found.cancel_ours()  # nothing of the tests keeps running after them

@@ -15,7 +15,7 @@ from dlc_airflow import wiring
 from dlc_airflow.local.plan import plan_replicas
 from dlc_airflow.naming import TaskIdentity, job_name
 from dlc_airflow.slurm.prelude import PORT_BASE, PORT_SPAN, replicas
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState
 from tests.slurm.support import ENV_DUMP, envs, wait_all
 from tests.support.slurm import SLURM_LOCAL, wait_for
@@ -97,10 +97,10 @@ def test_type_runs_to_completed_with_its_env_on_every_task(case, finished, job_r
             assert env["MASTER_ADDR"] == "127.0.0.1" and env["WORKER_ADDRS"] == "127.0.0.1,127.0.0.1"
         if case == "batch":
             assert env["SHARD_INDEX"] == str(index) and env["SHARD_COUNT"] == "4"
-        if wiring.hostfile_spec(job) is not None:
+        if hostfile_spec(job) is not None:
             assert env["DLC_HOSTFILE"] == f"{jobdir}/hostfile"
     assert len(nodes) == len(order)
-    spec = wiring.hostfile_spec(job)
+    spec = hostfile_spec(job)
     if spec is not None:
         assert (jobdir / "hostfile").read_text() == f"127.0.0.1 slots={spec.slots}\n" * job.roles["worker"].replicas
         if case == "mpi":

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlc_airflow.k8s.client import Conflict, KubeClient, NotFound
+from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.errors import Conflict, NotFound
 from dlc_airflow.k8s.kinds import NAMESPACE, ResourceKind
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,6 +26,7 @@ RUNNER_ROLE = "dlc-airflow-job-runner"  # k8s/rbac/role.yaml
 SA_NAMESPACE, SA_NAME = "dlc-system", "dlc-airflow"
 SERVICE_ACCOUNT = ResourceKind("v1", "ServiceAccount", "serviceaccounts")
 ROLE_BINDING = ResourceKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings")
+ROLE = ResourceKind("rbac.authorization.k8s.io/v1", "Role", "roles")
 
 
 class ClusterUnavailable(Exception):
@@ -102,7 +104,7 @@ class TestCluster:
 
 
 def ensure_service_account(admin: KubeClient) -> None:
-    from dlc_airflow.k8s.client import Conflict
+    from dlc_airflow.k8s.errors import Conflict
 
     for obj in (
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SA_NAMESPACE}},
@@ -134,15 +136,28 @@ def create_test_namespace(admin: KubeClient, prefix: str = "t") -> str:
     admin.request("POST", NAMESPACE.path(), body={
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": name, "labels": {"dlc-airflow/test": "true"}}})
+    # the rules of this checkout's k8s/rbac/role.yaml, as a Role of the namespace: the tests hold
+    # exactly what the repository grants, whatever ClusterRole the cluster was set up with
+    admin.request("POST", ROLE.path(name), body={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": RUNNER_ROLE, "namespace": name}, "rules": runner_rules()})
     admin.request("POST", ROLE_BINDING.path(name), body={
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": "dlc-airflow", "namespace": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RUNNER_ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RUNNER_ROLE},
         "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}]})
     if controllers_running()["kueue"]:
         create_local_queues(admin, name)
     wait_until_allowed(admin, name)
     return name
+
+
+@functools.cache
+def runner_rules() -> list[dict]:
+    """The rules of k8s/rbac/role.yaml (the job runner's ClusterRole)."""
+    import yaml
+
+    return yaml.safe_load((REPO / "k8s" / "rbac" / "role.yaml").read_text())["rules"]
 
 
 def wait_until_allowed(admin: KubeClient, namespace: str, timeout: float = 30.0) -> None:

@@ -104,3 +104,16 @@ def wait_for(predicate, timeout: float, what: str, every: float = 0.3):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(every)
+
+
+def slurm_or_skip() -> TestSlurm:
+    """The test Slurm; without one the test skips with the reason (fails under CI=true: CI
+    starts the local Slurm in `make test`)."""
+    import pytest
+
+    try:
+        return acquire_slurm()
+    except SlurmUnavailable as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI=true and Slurm is not serving: {exc}", pytrace=False)
+        pytest.skip(str(exc))

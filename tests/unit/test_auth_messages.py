@@ -8,14 +8,13 @@ import json
 
 import pytest
 
-from dlc_airflow.k8s.client import (
+from dlc_airflow.k8s.errors import (
     AuthError,
     Forbidden,
     KubeConfigError,
     KubeError,
     Unauthorized,
-    _access_review,
-    _error,
+    api_error,
     config_error,
     credential_identity,
     describe_identity,
@@ -23,6 +22,7 @@ from dlc_airflow.k8s.client import (
     token_subject,
 )
 from dlc_airflow.k8s.kinds import describe_resource, request_attributes
+from dlc_airflow.k8s.transport import access_review
 
 SA = "system:serviceaccount:dlc-system:dlc-airflow"
 RBAC_403 = json.dumps({
@@ -65,20 +65,20 @@ def test_resources_are_named_as_rbac_and_kubectl_name_them():
 
 
 def test_access_review_asks_for_the_same_verb_resource_and_namespace():
-    review = _access_review(request_attributes("GET", "/api/v1/namespaces/t-1/pods/p-0/log"))
+    review = access_review(request_attributes("GET", "/api/v1/namespaces/t-1/pods/p-0/log"))
     assert review["kind"] == "SelfSubjectAccessReview"
     assert review["spec"] == {"resourceAttributes": {"namespace": "t-1", "verb": "get", "version": "v1",
                                                      "resource": "pods", "subresource": "log", "name": "p-0"}}
-    assert _access_review(request_attributes("GET", "/readyz"))["spec"] == {
+    assert access_review(request_attributes("GET", "/readyz"))["spec"] == {
         "nonResourceAttributes": {"path": "/readyz", "verb": "get"}}
 
 
 def test_status_codes_map_to_auth_errors():
-    forbidden = _error("POST /api/v1/namespaces/t-1/secrets", 403, RBAC_403)
+    forbidden = api_error("POST /api/v1/namespaces/t-1/secrets", 403, RBAC_403)
     assert isinstance(forbidden, Forbidden) and isinstance(forbidden, AuthError) and isinstance(forbidden, KubeError)
     assert forbidden.status == 403 and forbidden.reason == "Forbidden"
     assert identity_from_message(forbidden.message) == SA
-    unauthorized = _error("GET /api/v1/namespaces/t-1/pods", 401, b'{"reason": "Unauthorized", "message": "Unauthorized"}')
+    unauthorized = api_error("GET /api/v1/namespaces/t-1/pods", 401, b'{"reason": "Unauthorized", "message": "Unauthorized"}')
     assert isinstance(unauthorized, Unauthorized) and unauthorized.status == 401
 
 
@@ -133,7 +133,7 @@ def test_client_certificate_common_name_is_the_identity(tmp_path):
 
 
 def forbidden(**overrides) -> Forbidden:
-    err = _error("POST /api/v1/namespaces/t-1/secrets", 403, RBAC_403)
+    err = api_error("POST /api/v1/namespaces/t-1/secrets", 403, RBAC_403)
     assert isinstance(err, Forbidden)
     err.verb, err.resource, err.namespace = "create", "secrets", "t-1"
     err.identity, err.server, err.connection = SA, "https://127.0.0.1:6443", "kubernetes_default"
@@ -158,7 +158,7 @@ def test_forbidden_message_names_connection_identity_verb_resource_and_what_to_d
 
 
 def test_unauthorized_message_names_the_credentials_and_how_to_renew_them():
-    err = _error("GET /apis/batch/v1/namespaces/t-1/jobs", 401, b'{"reason": "Unauthorized", "message": "Unauthorized"}')
+    err = api_error("GET /apis/batch/v1/namespaces/t-1/jobs", 401, b'{"reason": "Unauthorized", "message": "Unauthorized"}')
     assert isinstance(err, Unauthorized)
     err.verb, err.resource, err.namespace = "list", "jobs.batch", "t-1"
     err.server, err.connection, err.identity = "https://10.0.0.1:443", "prod_k8s", SA
@@ -291,7 +291,7 @@ def test_a_missing_default_connection_is_an_empty_one_as_in_the_provider(monkeyp
     kubeconfig) apply, as with the provider's hook; any other missing id is an error."""
     from airflow.sdk.exceptions import AirflowNotFoundException
 
-    from dlc_airflow.airflow.kubeconn import KubeConnection
+    from dlc_airflow.k8s.connection import KubeConnection
 
     monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", raising=False)
     assert KubeConnection("kubernetes_default").conn_extras == {}

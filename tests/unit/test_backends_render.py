@@ -16,13 +16,14 @@ import sys
 
 import pytest
 
-from dlc_airflow import naming, wiring
-from dlc_airflow.backends import BACKENDS as BACKENDS_REGISTRY
-from dlc_airflow.backends import BackendError, ResourceKind, get_backend, podspec
-from dlc_airflow.backends.kubeflow import FLAVORS
-from dlc_airflow.backends.trainer import TrainerBackend
+from dlc_airflow import naming, registry
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
-from dlc_airflow.spec import DLCJob, EmptyDirMount
+from dlc_airflow.k8s.backends import BACKENDS as BACKENDS_REGISTRY
+from dlc_airflow.k8s.backends import ResourceKind, get_backend, podspec
+from dlc_airflow.k8s.backends.kubeflow import FLAVORS
+from dlc_airflow.k8s.backends.trainer import TrainerBackend
+from dlc_airflow.spec import DEEPSPEED_HOSTFILE, MPI_HOSTFILE, DLCJob, EmptyDirMount
 from tests.unit.k8s_schema import job_spec_errors, validate
 
 NAME = "demo-0123abcd-1"
@@ -167,8 +168,12 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 def test_every_type_on_every_backend(job_type, backend):
     if job_type not in SUPPORT[backend]:
         job = make(job_type, RICH_ROLES[job_type])
-        with pytest.raises(BackendError) as err:
+        with pytest.raises(BackendError) as refused:
             render(backend, job)
+        assert job_type in str(refused.value) and backend in str(refused.value)
+        # every caller checks through the registry first, which names the backends that run it
+        with pytest.raises(BackendError) as err:
+            registry.check(backend, job)
         message = str(err.value)
         assert job_type in message and backend in message and "backend=" in message
         assert "\n" not in message
@@ -207,7 +212,7 @@ def test_every_type_on_every_backend(job_type, backend):
 
 
 def test_each_backend_declares_its_job_types_once():
-    from dlc_airflow.backends import backends_running
+    from dlc_airflow.k8s.backends import backends_running
 
     for job_type in JobType:
         assert backends_running(job_type) == [b for b in BACKENDS_REGISTRY if job_type.value in SUPPORT[b]]
@@ -364,11 +369,11 @@ def test_mpi_hostfile_configmap_and_mounts():
         assert {r for r, _ in templates} == {"launcher", "worker"}
         for _, t in templates:
             mounts = {m["mountPath"]: m for m in main(t)["volumeMounts"]}
-            assert mounts[wiring.MPI_HOSTFILE]["subPath"] == "hostfile"
-            vol = next(v for v in t["spec"]["volumes"] if v["name"] == mounts[wiring.MPI_HOSTFILE]["name"])
+            assert mounts[MPI_HOSTFILE]["subPath"] == "hostfile"
+            vol = next(v for v in t["spec"]["volumes"] if v["name"] == mounts[MPI_HOSTFILE]["name"])
             assert vol["configMap"]["name"] == f"{NAME}-hostfile"
             env = env_of(main(t))
-            assert env["OMPI_MCA_orte_default_hostfile"]["value"] == wiring.MPI_HOSTFILE
+            assert env["OMPI_MCA_orte_default_hostfile"]["value"] == MPI_HOSTFILE
             assert env["WORLD_SIZE"]["value"] == "12"
 
 
@@ -377,12 +382,12 @@ def test_deepspeed_mpi_launcher_hostfile():
     cm = by_kind(render("native", job), "ConfigMap")[0]
     assert cm["data"]["hostfile"] == f"{NAME}-worker-0.{NAME} slots=8\n{NAME}-worker-1.{NAME} slots=8\n"
     t = native_job(render("native", job), "worker")["spec"]["template"]
-    assert wiring.DEEPSPEED_HOSTFILE in {m["mountPath"] for m in main(t)["volumeMounts"]}
+    assert DEEPSPEED_HOSTFILE in {m["mountPath"] for m in main(t)["volumeMounts"]}
     # kubeflow: the operator's per-pod Services are the hosts
     objs = render("kubeflow", job)
     assert objs[0]["kind"] == "PyTorchJob"
     assert by_kind(objs, "ConfigMap")[0]["data"]["hostfile"].startswith(f"{NAME}-worker-0 slots=8\n")
-    assert env_of(main(pod_templates(objs[0])[0][1]))["DLC_HOSTFILE"]["value"] == wiring.DEEPSPEED_HOSTFILE
+    assert env_of(main(pod_templates(objs[0])[0][1]))["DLC_HOSTFILE"]["value"] == DEEPSPEED_HOSTFILE
 
 
 def test_batch_shards():
@@ -770,6 +775,9 @@ def test_trainer_runtime_override():
 def test_trainer_refuses_what_it_cannot_express(kw, what):
     with pytest.raises(BackendError) as err:
         render("trainer", make("pytorch", **kw))
+    assert what in str(err.value) and "trainer" in str(err.value)
+    with pytest.raises(BackendError) as err:  # the registry names the backends that run it
+        registry.check("trainer", make("pytorch", **kw))
     assert what in str(err.value) and "trainer" in str(err.value) and "backend=" in str(err.value)
 
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from dlc_airflow import naming, reasons
-from dlc_airflow.backends import get_backend
+from dlc_airflow.k8s.backends import get_backend
 from dlc_airflow.spec import DLCJob
-from dlc_airflow.status import JobState
+from dlc_airflow.status import JobState, JobStatus, RoleCounts
 
 NAME = "demo-0123abcd-1"
 T0, T1, T2, T3 = "2026-12-02T10:00:00Z", "2026-12-02T10:00:05Z", "2026-12-02T10:05:00Z", "2026-12-02T11:00:00Z"
@@ -501,7 +501,7 @@ def test_native_failed_counts_restarts_before_the_last_failure():
 
 
 def test_native_failed_restarts_from_pods():
-    from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION
+    from dlc_airflow.k8s.backends.podspec import COMPLETION_INDEX_ANNOTATION
 
     def replica(name, index, phase, created, disrupted=False):
         p = pod(name, "worker", phase=phase,
@@ -537,7 +537,7 @@ def test_native_leftovers_are_the_role_jobs_still_running():
     assert native.leftovers([done, failing, ps]) == [f"{NAME}-ps"]
     assert get_backend("kubeflow").leftovers([ps]) == []  # the operator's controller cleans up
     stopped = role_job("ps", {"active": 2})
-    stopped["metadata"]["annotations"] = native.stop_patch()["metadata"]["annotations"]
+    stopped["metadata"]["annotations"] = native.settle_patch()["metadata"]["annotations"]
     assert native.leftovers([done, stopped]) == []  # already being stopped
 
 
@@ -545,7 +545,7 @@ def test_native_jobs_the_runner_stopped_do_not_change_the_jobs_outcome():
     def role_job(role, status, settled=False):
         meta = {"name": f"{NAME}-{role}", "labels": {"dlc-airflow/role": role}}
         if settled:
-            meta["annotations"] = native.stop_patch()["metadata"]["annotations"]
+            meta["annotations"] = native.settle_patch()["metadata"]["annotations"]
         return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
                 "spec": {"completions": 1}, "status": status}
 
@@ -604,7 +604,7 @@ def test_exhausted_restarts_have_the_same_reason_on_every_backend():
                     "message": "Job entrypoint command failed with exit code 1", "endTime": T3}
     exhausted["ray"] = ray.status([rj])
 
-    from dlc_airflow.backends import BACKENDS
+    from dlc_airflow.k8s.backends import BACKENDS
 
     assert set(exhausted) == set(BACKENDS)  # a new backend must say how it reports this
     assert {b: (s.state, s.reason) for b, s in exhausted.items()} == \
@@ -627,3 +627,21 @@ def test_native_containers_that_cannot_start_make_the_job_queued_cannot_start(re
     s = native.status([job], [waiting, pod(f"{NAME}-worker-1", "worker")])
     assert s.state is JobState.QUEUED and s.reason == reasons.CANNOT_START
     assert s.message == f'pod {NAME}-worker-0 container main: {reason}: Back-off pulling image "registry.local/nope:1"'
+
+
+def test_a_job_dlc_airflow_stopped_reads_stopped_unless_it_had_ended_on_its_own():
+    from dlc_airflow.k8s.backends.base import stop_annotations, stopped_by_us
+
+    def job(status):
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": NAME}, "status": status}
+
+    running = job({"active": 1})
+    marked = {**running, "metadata": {**running["metadata"], **stop_annotations()["metadata"]}}
+    assert stopped_by_us([running], JobStatus(state=JobState.RUNNING)).state is JobState.RUNNING
+    stopped = stopped_by_us([marked], JobStatus(state=JobState.RUNNING, roles={"worker": RoleCounts(active=1)}))
+    assert (stopped.state, stopped.reason, stopped.roles["worker"].active) == (JobState.STOPPED, "Stopped", 0)
+    # the deadline the stop set is the stop's; a job that succeeded or failed first keeps its end
+    assert stopped_by_us([marked], JobStatus(state=JobState.FAILED, reason="DeadlineExceeded")).state is JobState.STOPPED
+    assert stopped_by_us([marked], JobStatus(state=JobState.SUCCEEDED)).state is JobState.SUCCEEDED
+    failed = JobStatus(state=JobState.FAILED, reason="PodFailurePolicy")
+    assert stopped_by_us([marked], failed) == failed

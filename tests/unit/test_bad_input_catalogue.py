@@ -253,7 +253,7 @@ def test_every_count_and_switch_of_every_spec_model_is_strict():
     list-of-int and bool field of each model refuses the wrong kind, naming the field."""
     from pydantic import ValidationError
 
-    from dlc_airflow.specfields import scalar_kind
+    from dlc_airflow.spec.fields import scalar_kind
 
     checked = []
     for model in sorted(_spec_models(), key=lambda m: m.__name__):
@@ -579,8 +579,9 @@ CLI = {
                                   ["unknown backend 'Local'", "did you mean 'local'", "native"]),
     "validate: --backend ray": (["validate", "{spec}", "--backend", "ray"], GOOD, ["job type 'batch'", "ray backend"]),
     "validate: not UTF-8": (["validate", "{spec}"], None, ["not UTF-8"]),
-    "render: --backend local": (["render", "{spec}", "--backend", "local"], GOOD,
-                                ["local backend makes no Kubernetes objects", "validate --backend local"]),
+    "render: --backend pai, a secret reference": (["render", "{spec}", "--backend", "pai"],
+                                                  GOOD + "env: {T: {airflow_variable: t}}\n",
+                                                  ["pai backend", "env.T", "secret references"]),
     "render: --backend Native": (["render", "{spec}", "--backend", "Native"], GOOD, ["did you mean 'native'"]),
     "render: --name Bad_Name": (["render", "{spec}", "--name", "Bad_Name"], GOOD, ["job name 'Bad_Name'", "DNS-1035"]),
     "render: read_only 'no'": (["render", "{spec}"], GOOD + "storage: [{type: pvc, claim_name: d, mount_path: /d, "

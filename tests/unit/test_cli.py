@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlc_airflow.backends import BACKENDS, BackendError, get_backend
 from dlc_airflow.cli import main
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends import BACKENDS, get_backend
 from dlc_airflow.spec import load_job, parse_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +83,7 @@ def test_render_name_option(capsys):
     (["validate", "{missing}"], ["cannot read job spec"]),
     (["validate", "{pytorch}", "--backend", "ray"], ["'pytorch'", "ray backend", "backend="]),
     (["render", "{pytorch}", "--backend", "k8s"], ["unknown backend 'k8s'", "native", "local"]),
-    (["render", "{pytorch}", "--backend", "local"], ["local backend makes no Kubernetes objects"]),
+    (["render", "{slurm}", "--backend", "local"], ["job type 'slurm' cannot run on the local backend", "backend=", "'slurm'"]),
     (["render", "{bad_spec}"], ["roles.worker.replicas"]),
 ])
 def test_errors_are_one_line_with_exit_code_2(tmp_path, args, words):
@@ -91,7 +92,7 @@ def test_errors_are_one_line_with_exit_code_2(tmp_path, args, words):
     bad_spec = tmp_path / "spec.yaml"
     bad_spec.write_text("type: batch\nimage: x\ncommand: [run]\nroles: {worker: 0}\n")
     paths = {"bad_yaml": bad_yaml, "bad_spec": bad_spec, "missing": tmp_path / "missing.yaml",
-             "pytorch": REPO / "examples" / "specs" / "pytorch.yaml"}
+             "pytorch": REPO / "examples" / "specs" / "pytorch.yaml", "slurm": REPO / "examples" / "specs" / "slurm.yaml"}
     proc = cli(*(a.format(**paths) for a in args))
     assert proc.returncode == 2, proc
     assert proc.stdout == "" and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")

@@ -54,8 +54,11 @@ def test_hadolint_reports_a_bad_dockerfile(tmp_path):
 
 def test_dockerfiles_run_unprivileged_and_install_the_package():
     runtime = (DOCKER / "runtime.Dockerfile").read_text()
-    # any base with python3 (the local cluster's is made from Debian's packages: scripts/k8s-images)
-    assert runtime.startswith("#") and "\nARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}\n" in runtime
+    # any base with python3 (the local cluster's is made from Debian's packages: scripts/k8s-images);
+    # two targets sharing their first layers, the runtime last (the default target)
+    assert runtime.startswith("#") and "\nARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE} AS python-torch\n" in runtime
+    stages = [line.split()[-1] for line in runtime.splitlines() if line.startswith("FROM ")]
+    assert stages == ["python-torch", "frameworks-deps", "frameworks", "runtime"]
     assert "download.pytorch.org/whl/cpu" in runtime and "\nUSER 1000:1000\n" in runtime
     assert "\nWORKDIR /workspace\n" in runtime
     airflow = (DOCKER / "airflow.Dockerfile").read_text()

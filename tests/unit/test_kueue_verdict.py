@@ -4,7 +4,7 @@ Kueue v0.17.0 writes it (pkg/scheduler, pkg/workload; tests/cluster/test_kueue.p
 from __future__ import annotations
 
 from dlc_airflow import reasons
-from dlc_airflow.backends.kueue import pending_message, queued, with_kueue_verdict
+from dlc_airflow.k8s.backends.kueue import pending_message, queued, with_kueue_verdict
 from dlc_airflow.status import JobState, JobStatus
 
 PENDING = ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor "
@@ -96,7 +96,7 @@ def test_a_finished_job_keeps_its_verdict_and_counts_its_preemptions():
 
 
 def test_the_queue_labels_carry_priority_and_what_a_preemption_means():
-    from dlc_airflow.backends.base import queue_labels
+    from dlc_airflow.k8s.backends.base import queue_labels
     from dlc_airflow.spec import DLCJob
 
     job = DLCJob(image="img", command=["x"], scheduling={"queue": "team-a", "queue_priority": "production"},

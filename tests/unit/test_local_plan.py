@@ -12,12 +12,12 @@ from dlc_airflow import reasons, wiring
 from dlc_airflow.local import policy
 from dlc_airflow.local.plan import SequentialPorts, interpreter_path, plan_replicas
 from dlc_airflow.local.policy import Action
-from dlc_airflow.spec import DLCJob, FaultTolerance
+from dlc_airflow.spec import MPI_HOSTFILE, DLCJob, FaultTolerance, hostfile_spec
 
 try:  # the batch/v1 pieces native and JobSet share
-    from dlc_airflow.backends.batchjob import pod_failure_rules
+    from dlc_airflow.k8s.backends.batchjob import pod_failure_rules
 except ImportError:  # pragma: no cover - before the move
-    from dlc_airflow.backends.native import pod_failure_rules  # type: ignore[no-redef]
+    from dlc_airflow.k8s.backends.native import pod_failure_rules  # type: ignore[no-redef]
 
 CMD = ["python", "train.py"]
 
@@ -104,7 +104,7 @@ def test_plan_mpi_hostfile_and_its_env(tmp_path):
     launcher = by_key(plan)["launcher-0"].env
     for name in ("OMPI_MCA_orte_default_hostfile", "I_MPI_HYDRA_HOST_FILE", "DLC_HOSTFILE"):
         assert launcher[name] == str(tmp_path / "hostfile")
-    assert wiring.MPI_HOSTFILE not in {v for r in plan.replicas for v in r.env.values()}
+    assert MPI_HOSTFILE not in {v for r in plan.replicas for v in r.env.values()}
 
 
 @pytest.mark.parametrize("job_type", ["deepspeed", "megatron"])
@@ -113,7 +113,7 @@ def test_plan_mpi_launcher_slots_are_nproc_per_node_as_on_native(tmp_path, job_t
     spec = job(type=job_type, roles={"worker": 2}, launcher="mpi", nproc_per_node=8)
     plan = plan_replicas(spec, "j", tmp_path)
     assert plan.hostfile == "127.0.0.1 slots=8\n127.0.0.1 slots=8\n"
-    assert plan.slots == wiring.hostfile_spec(spec).slots == 8
+    assert plan.slots == hostfile_spec(spec).slots == 8
     assert by_key(plan)["worker-0"].env["DLC_HOSTFILE"] == str(tmp_path / "hostfile")
 
     given = job(type=job_type, roles={"worker": 2}, launcher="mpi", nproc_per_node=8, slots_per_worker=2)

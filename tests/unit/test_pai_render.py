@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from dlc_airflow import naming
-from dlc_airflow.backends import BackendError
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
 from dlc_airflow.pai import backend
 from dlc_airflow.pai.backend import PaiBackend, render, status
@@ -404,8 +404,7 @@ def test_status_details():
     assert st.durations() == {"queued_seconds": 120.0, "running_seconds": 600.0}
     assert st.roles["master"].failed == 1 and st.roles["worker"].succeeded == 1 and st.roles["worker"].active == 1
     assert st.roles["worker"].replicas == 2
-    pods = backend.pods(data)
-    assert [backend.replica(p) for p in pods] == ["master-0", "worker-0", "worker-1"]
+    assert [r.name for r in backend.replicas(data)] == ["master-0", "worker-0", "worker-1"]
 
 
 def test_queuing_reason_and_unknown_status():

@@ -171,7 +171,7 @@ def test_a_cluster_is_chosen_when_one_is_configured(no_cluster, monkeypatch, tmp
 @pytest.mark.parametrize("name", ["Local", "NATIVE", "k8s", "slurmm", ""])
 def test_unknown_backends_list_every_backend(name):
     from dlc_airflow.airflow.runners import choose_backend
-    from dlc_airflow.backends import BackendError
+    from dlc_airflow.errors import BackendError
 
     with pytest.raises(BackendError) as err:
         choose_backend(name or " ", None)

@@ -10,15 +10,16 @@ import pytest
 
 from dlc_airflow import specpack
 from dlc_airflow.airflow import lineage, links, notify
-from dlc_airflow.jobinfo import JobInfo, replicas_from_pods
+from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.k8s.kinds import JOBSET
-from dlc_airflow.local.jobrunner import LOCAL_KIND
+from dlc_airflow.k8s.events import event_of
+from dlc_airflow.k8s.kinds import JOBSET, kinds_detail
+from dlc_airflow.k8s.pods import replicas_of
 from dlc_airflow.report import build_report, lineage_rows, metric_series
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts
 
-REF = JobRef(name="train-1a2b3c-1", namespace="ml", backend="jobset", kind=JOBSET, uid="u-1")
+REF = JobRef(backend="jobset", place="ml", name="train-1a2b3c-1", uid="u-1", detail=kinds_detail([JOBSET]))
 
 
 def test_the_spec_travels_packed_without_secret_values():
@@ -45,8 +46,8 @@ def pod(role, index, phase, *, started=None, finished=None, code=None, restarts=
                 "conditions": [{"type": "DisruptionTarget", "status": "True"}] if disrupted else []}}
 
 
-def test_replicas_from_pods_coordinator_first_with_times_and_exits():
-    found = replicas_from_pods([
+def test_replicas_of_pods_coordinator_first_with_times_and_exits():
+    found = replicas_of([
         pod("worker", 1, "Failed", started="2026-12-04T10:00:00Z", finished="2026-12-04T10:05:00Z", code=137,
             disrupted=True),
         pod("master", 0, "Running", started="2026-12-04T10:00:01Z", restarts=2),
@@ -71,11 +72,11 @@ def test_metric_curves_come_from_the_coordinators_lines():
 def test_the_report_says_what_restarted_and_why():
     status = JobStatus(state=JobState.FAILED, reason="PodFailurePolicy", message="worker-1 exited with code 3",
                        restarts=1, roles={"worker": RoleCounts(replicas=2, failed=1)})
-    replicas = replicas_from_pods([pod("worker", 1, "Failed", started="2026-12-04T10:00:00Z",
+    replicas = replicas_of([pod("worker", 1, "Failed", started="2026-12-04T10:00:00Z",
                                        finished="2026-12-04T10:01:00Z", code=3)])
     event = {"type": "Warning", "reason": "BackoffLimitExceeded", "message": "Job has reached the limit ",
              "involvedObject": {"kind": "Job", "name": "j-worker"}, "lastTimestamp": "2026-12-04T10:01:00Z"}
-    report = build_report(JobInfo(REF, dag_id="d", task_id="t", run_id="r"), status, replicas, [event],
+    report = build_report(JobInfo(REF, dag_id="d", task_id="t", run_id="r"), status, replicas, [event_of(event)],
                           [], {"metrics": {"loss": 1}, "outputs": {"checkpoint": "s3://c"}})
     assert report["job"]["state"] == "FAILED" and report["job"]["dag_id"] == "d"
     assert [(r["replica"], r["reason"]) for r in report["restarts"]] == [
@@ -103,7 +104,7 @@ def test_link_urls():
         "DLC job report": "https://airflow.example.com/dlc/jobs/retrain%20daily/"
                           "scheduled__2026-01-01T00%3A00%3A00%2B00%3A00/grp.train",
         "Job in dashboard": "https://dash.example.com/#/jobset/ml/train-1a2b3c-1"}
-    local = JobRef(name="j-1", namespace="/srv/jobs", backend="local", kind=LOCAL_KIND)
+    local = JobRef(backend="local", place="/srv/jobs", name="j-1")
     assert links.link_urls(local, "d", "r", "t", 3, None, "http://a")["Local job folder"] == "file:///srv/jobs/j-1"
     assert links.link_urls(local, "d", "r", "t", 3, None, "http://a")["DLC job report"].endswith("/t?map_index=3")
 

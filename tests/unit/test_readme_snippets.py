@@ -234,8 +234,9 @@ def test_bash_command_runs_or_is_skipped_by_name(command, monkeypatch, tmp_path)
     text = out.getvalue()
     if words[1] == "schema":
         assert json.loads(text)["title"]
-    elif words[1] == "render":
-        assert all(obj.get("kind") for obj in yaml.safe_load_all(text))
+    elif words[1] == "render":  # YAML documents of what the backend submits (objects, a script, a request)
+        documents = list(yaml.safe_load_all(text))
+        assert documents and all(isinstance(doc, dict) and doc for doc in documents)
     else:
         assert ": valid " in text
     if target:

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from dlc_airflow.backends import BackendError
+from dlc_airflow.errors import BackendError
 from dlc_airflow.registry import ALL_BACKENDS, ENTRIES, entry, has_connection, is_folder, pure_backend
 
 
@@ -16,12 +16,13 @@ def test_every_backend_has_a_pure_half_of_its_own_name():
         assert backend.name == name and backend.job_types, name
 
 
-def test_every_backend_has_a_runner_factory():
-    from dlc_airflow.airflow.runners import RUNNER_FACTORIES
+def test_every_backend_has_a_runner_factory_that_builds_its_runner(tmp_path):
+    from dlc_airflow.runner import Reach
 
-    kinds = {name: (e.kubernetes, e.folder) for name, e in ENTRIES.items()}
-    built_elsewhere = {name for name, (kube, folder) in kinds.items() if kube or folder}
-    assert set(RUNNER_FACTORIES) == set(ALL_BACKENDS) - built_elsewhere
+    assert all(callable(e.runner) for e in ENTRIES.values())
+    # the one that needs no connection builds here: a runner of its own backend and place
+    runner = entry("local").runner(Reach("", local_root=str(tmp_path)))
+    assert runner.backend_name == "local" and runner.place == str(tmp_path)
 
 
 def test_the_default_connection_ids_agree_with_the_backends_own():

@@ -15,12 +15,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlc_airflow import secrets
-from dlc_airflow.backends import get_backend
+from dlc_airflow import specpack
 from dlc_airflow.cli import main
-from dlc_airflow.local.runner import LocalRunner
-from dlc_airflow.secrets import AirflowConnectionRef, AirflowVariableRef, SecretKeyRef, SecretSourceError
+from dlc_airflow.errors import SecretSourceError
+from dlc_airflow.k8s.backends import get_backend
+from dlc_airflow.local.jobs import JobFolders
+from dlc_airflow.local.secrets import local_values
+from dlc_airflow.secrets import mask, resolve
 from dlc_airflow.spec import SpecError, json_schema, parse_job
+from dlc_airflow.spec.envsource import AirflowConnectionRef, AirflowVariableRef, SecretKeyRef
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).with_name("dlc-airflow")
@@ -104,7 +107,7 @@ def test_bad_sources_are_refused_in_one_line_naming_the_field(env, field, words,
     # nothing is left behind: the local backend refuses it before making a job folder
     root = tmp_path / "jobs"
     with pytest.raises(SpecError):
-        LocalRunner(root).submit(data, "bad-1", {"dlc-airflow/task-key": "k"})
+        JobFolders(root).submit(data, "bad-1", {"dlc-airflow/task-key": "k"})
     assert not root.exists() or not any(root.iterdir())
 
 
@@ -226,20 +229,20 @@ def test_validate_counts_the_job_secret(tmp_path, capsys):
 
 def test_secret_looking_names_follow_airflows_rules(monkeypatch):
     for name in ("DB_PASSWORD", "HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "HTTPS_PROXY"):
-        assert secrets.is_sensitive(name), name
+        assert resolve.is_sensitive(name), name
     for name in ("MASTER_ADDR", "DATA_DIR", "PLAIN"):
-        assert not secrets.is_sensitive(name), name
+        assert not resolve.is_sensitive(name), name
     monkeypatch.setenv("AIRFLOW__CORE__SENSITIVE_VAR_CONN_NAMES", "wandb_entity,cookie")
-    assert secrets.is_sensitive("WANDB_ENTITY") and secrets.is_sensitive("MY_COOKIE")
+    assert resolve.is_sensitive("WANDB_ENTITY") and resolve.is_sensitive("MY_COOKIE")
     monkeypatch.setenv("AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS", "False")
-    assert not secrets.is_sensitive("DB_PASSWORD")
+    assert not resolve.is_sensitive("DB_PASSWORD")
 
 
 def test_what_is_masked_includes_each_line_of_a_key_file():
     key = "-----BEGIN KEY-----\nabcdefghijkl\nmnopqrstuvwx\n-----END KEY-----"
-    masked = secrets.maskable([key, "abc", "long-enough"])
+    masked = mask.maskable([key, "abc", "long-enough"])
     assert key in masked and "abcdefghijkl" in masked and "long-enough" in masked and "abc" not in masked
-    redact = secrets.redactor([key, "long-enough"])
+    redact = mask.redactor([key, "long-enough"])
     assert redact(b"x long-enough y abcdefghijkl\n") == b"x *** y ***\n"
 
 
@@ -263,7 +266,7 @@ def test_local_sources_that_cannot_be_read_leave_nothing_behind(env, field, word
     (root / "volumes" / "secret-db-creds" / "password").write_text("x")
     job = parse_job({"image": "local", "command": ["true"], "env": env})
     with pytest.raises(SecretSourceError) as err:
-        LocalRunner(root).submit(job, "job-1", {"dlc-airflow/task-key": "k"})
+        JobFolders(root).submit(job, "job-1", {"dlc-airflow/task-key": "k"})
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"{field}: ") and words in message, message
     assert err.value.permanent
@@ -274,9 +277,9 @@ def test_local_spec_json_holds_references_and_hides_secret_literals(tmp_path, mo
     monkeypatch.setenv("AIRFLOW_VAR_HF_TOKEN", "var-value-2b7e9d11")
     job = parse_job({"image": "local", "command": ["true"],
                      "env": {"HF_TOKEN": {"airflow_variable": "hf_token"}, "API_TOKEN": LITERAL, "A": "b"}})
-    stored = secrets.stored_spec(job)
-    assert stored["env"] == {"HF_TOKEN": {"airflow_variable": "hf_token"}, "API_TOKEN": secrets.HIDDEN, "A": "b"}
-    values = secrets.local_values(job, tmp_path)
+    stored = specpack.stored(job)
+    assert stored["env"] == {"HF_TOKEN": {"airflow_variable": "hf_token"}, "API_TOKEN": resolve.HIDDEN, "A": "b"}
+    values = local_values(job, tmp_path)
     assert values == {"env": {"HF_TOKEN": "var-value-2b7e9d11", "API_TOKEN": LITERAL}}
-    restored = secrets.with_values(parse_job(stored), values)
+    restored = resolve.with_values(parse_job(stored), values)
     assert restored.env == {"HF_TOKEN": "var-value-2b7e9d11", "API_TOKEN": LITERAL, "A": "b"}

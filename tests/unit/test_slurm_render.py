@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from dlc_airflow import naming, reasons
-from dlc_airflow.backends.base import BackendError
+from dlc_airflow import naming, reasons, registry
+from dlc_airflow.errors import BackendError
 from dlc_airflow.registry import pure_backend
 from dlc_airflow.slurm.api import JobRecord
 from dlc_airflow.slurm.backend import (
@@ -51,8 +51,8 @@ def test_registered_with_the_types_it_runs():
     assert {t.value for t in backend.job_types} == {"pytorch", "deepspeed", "megatron", "mpi", "xgboost", "batch",
                                                     "custom", "slurm"}
     for other in ("native", "local"):  # the slurm type is refused elsewhere, naming the backend that runs it
-        with pytest.raises(BackendError, match=r"job type 'slurm' cannot run on the \w+ backend.*backend="):
-            pure_backend(other).check(DLCJob(type="slurm", image="x", shell="srun hostname"))
+        with pytest.raises(BackendError, match=r"job type 'slurm' cannot run on the \w+ backend.*backend=.*'slurm'"):
+            registry.check(other, DLCJob(type="slurm", image="x", shell="srun hostname"))
 
 
 @pytest.mark.parametrize("spec, field", [
@@ -231,9 +231,9 @@ def test_status_counts_times_and_restarts():
 
 def test_a_task_without_backend_does_not_run_a_slurm_script_locally(tmp_path):
     """backend= unset and no cluster: the local backend is chosen at run time, and refuses."""
-    from dlc_airflow.local.jobrunner import LocalJobRunner
-    from dlc_airflow.runner import SubmitError
+    from dlc_airflow.errors import SubmitError
+    from dlc_airflow.local.runner import LocalRunner
 
-    with pytest.raises(SubmitError, match="job type 'slurm' cannot run on the local backend.*backend=.*'slurm'") as err:
-        LocalJobRunner(str(tmp_path)).submit(DLCJob(type="slurm", image="x", shell="srun hostname"), NAME, IDENTITY, 1)
+    with pytest.raises(SubmitError, match="job type 'slurm' cannot run on the local backend") as err:
+        LocalRunner(str(tmp_path)).submit(DLCJob(type="slurm", image="x", shell="srun hostname"), NAME, IDENTITY, 1)
     assert err.value.permanent and not any(tmp_path.iterdir())

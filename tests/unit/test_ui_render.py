@@ -11,11 +11,13 @@ from html.parser import HTMLParser
 
 import pytest
 
-from dlc_airflow.jobinfo import JobInfo, Replica
+from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.k8s.kinds import JOB
+from dlc_airflow.k8s.events import event_of
+from dlc_airflow.k8s.kinds import JOB, kinds_detail
 from dlc_airflow.pipelines import lineage as lin
 from dlc_airflow.report import build_report, lineage_rows
+from dlc_airflow.runner import Replica
 from dlc_airflow.status import JobState, JobStatus, RoleCounts
 from dlc_airflow.ui import render
 
@@ -93,7 +95,7 @@ def parse(html: str) -> Element:
 
 
 def ref(name: str = "train-abc") -> JobRef:
-    return JobRef(name=name, namespace="team-a", backend="native", kind=JOB, kinds=(JOB,), uid="u-1")
+    return JobRef(backend="native", place="team-a", name=name, uid="u-1", detail=kinds_detail([JOB]))
 
 
 def metric_lines(replica: str, steps: int) -> list[tuple[str, str]]:
@@ -125,7 +127,7 @@ def failed_report() -> dict:
          "involvedObject": {"kind": "Pod", "name": "train-abc-master-0"}, "metadata": {}},
     ]
     outputs = {"metrics": {"loss": 0.02, "accuracy": 0.99}, "outputs": {"checkpoint": "file:///ckpt/<1>/step-50"}}
-    return build_report(info, status, replicas, events, metric_lines("master-0", 50) + metric_lines("worker-0", 5),
+    return build_report(info, status, replicas, [event_of(e) for e in events], metric_lines("master-0", 50) + metric_lines("worker-0", 5),
                         outputs)
 
 

@@ -66,8 +66,8 @@ class SyncedWatch(StubWatch):
 def test_a_waiter_on_warm_watches_of_a_queued_job_follows_its_workloads():
     """The job watch answers during start(), and the job names a Kueue queue: the waiter adds the
     Workloads' watch while it is still subscribing (this once broke start())."""
-    from dlc_airflow.backends import get_backend
     from dlc_airflow.jobref import JobRef
+    from dlc_airflow.k8s.backends import get_backend
     from dlc_airflow.k8s.kinds import JOBSET, WORKLOAD
     from dlc_airflow.k8s.waiter import JobWaiter
 
@@ -79,7 +79,7 @@ def test_a_waiter_on_warm_watches_of_a_queued_job_follows_its_workloads():
     def factory_for(key):
         return watches.setdefault(key, SyncedWatch(queued if key[2] == JOBSET else {}))
 
-    waiter = JobWaiter(None, get_backend("jobset"), JobRef("j", "ns", "jobset", JOBSET), "c", registry=registry)
+    waiter = JobWaiter(None, get_backend("jobset"), JobRef("jobset", "ns", "j"), JOBSET, "c", registry=registry)
     waiter._watch_factory = lambda key: (lambda: factory_for(key))
     seen = []
     waiter.start(lambda status, pods: seen.append(status))

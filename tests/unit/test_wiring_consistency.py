@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from dlc_airflow import wiring
-from dlc_airflow.backends import BackendError, backends_running, get_backend, podspec
-from dlc_airflow.backends.kubeflow import REPLICA_INDEX
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends import backends_running, get_backend, podspec
+from dlc_airflow.k8s.backends.kubeflow import REPLICA_INDEX
 from dlc_airflow.local.plan import plan_replicas
 from dlc_airflow.slurm.backend import SlurmBackend
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 
 NAME = "wire-0123abcd-1"
 IMAGE = "registry.example.com/train:1"
@@ -179,7 +180,7 @@ def test_hostfile_matches_the_local_plan(case, backend, tmp_path):
     job = job_of(case)
     plan = local_plan(job, tmp_path)
     expected = hostfile_slots(plan.hostfile) if plan.hostfile is not None else None
-    spec = wiring.hostfile_spec(job)
+    spec = hostfile_spec(job)
     assert (expected is None) == (spec is None)
     if spec is not None:
         assert expected == [spec.slots] * job.roles["worker"].replicas

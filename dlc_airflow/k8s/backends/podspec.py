@@ -18,12 +18,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from dlc_airflow.backends.base import BackendError
-from dlc_airflow.secrets import SecretKeyRef
+from dlc_airflow import wiring
+from dlc_airflow.errors import BackendError
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.k8s.api import Manifest
+from dlc_airflow.k8s.backends.jobsecret import pod_env
 from dlc_airflow.spec import DLCJob, Resources
-from dlc_airflow.wiring import IndexExpr, PodValue
+from dlc_airflow.spec.envsource import SecretKeyRef
+from dlc_airflow.wiring import Addressing, IndexExpr, PodValue
 
 # Spot / preemptible capacity. Nodes of spot capacity carry SPOT_LABEL=SPOT_VALUE (the label
 # Karpenter puts on spot nodes; label your own spot pools the same way) and, so that only jobs
@@ -71,11 +74,20 @@ def index_env_name(name: str, part: str) -> str:
     return f"DLC_{name}_{part}"
 
 
+def pod_role_env(job: DLCJob, name: str, role: str, addr: Addressing | None,
+                 framework: bool = True) -> dict[str, PodValue]:
+    """A pod's env (wiring.role_env) with the user's hidden values as references to the job's
+    own Secret (jobsecret.pod_env): no value of theirs sits in a pod template."""
+    env = wiring.role_env(job, name, role, addr, framework)
+    env.update(pod_env(job, name, role))
+    return env
+
+
 def env_and_exports(
     env: dict[str, PodValue], index: IndexSource | None
-) -> tuple[list[dict], list[str]]:
+) -> tuple[list[Manifest], list[str]]:
     """Container env entries, and the shell exports for computed index-dependent values."""
-    entries: list[dict] = []
+    entries: list[Manifest] = []
     exports: list[str] = []
     needs_index = any(isinstance(v, IndexExpr) for v in env.values())
     if needs_index and index is not None:
@@ -141,7 +153,7 @@ def resource_list(res: Resources) -> dict[str, str]:
     return out
 
 
-def resources(res: Resources) -> dict:
+def resources(res: Resources) -> Manifest:
     """requests = limits: guaranteed resources, and extended resources must match anyway."""
     values = resource_list(res)
     return {"requests": dict(values), "limits": dict(values)} if values else {}
@@ -152,12 +164,12 @@ def resources(res: Resources) -> dict:
 
 @dataclass(frozen=True)
 class Volumes:
-    volumes: list[dict]
-    mounts: list[dict]  # for every container of the job (init containers included)
+    volumes: list[Manifest]
+    mounts: list[Manifest]  # for every container of the job (init containers included)
 
 
-def _mount(name: str, path: str, read_only: bool = False, sub_path: str | None = None) -> dict:
-    mount: dict = {"name": name, "mountPath": path}
+def _mount(name: str, path: str, read_only: bool = False, sub_path: str | None = None) -> Manifest:
+    mount: Manifest = {"name": name, "mountPath": path}
     if read_only:
         mount["readOnly"] = True
     if sub_path:
@@ -167,10 +179,10 @@ def _mount(name: str, path: str, read_only: bool = False, sub_path: str | None =
 
 def storage_volumes(job: DLCJob) -> Volumes:
     """Storage mounts, code and shared memory. Names are `<kind>-<n>`: stable and DNS-safe."""
-    volumes: list[dict] = []
-    mounts: list[dict] = []
+    volumes: list[Manifest] = []
+    mounts: list[Manifest] = []
     for i, m in enumerate(job.storage):
-        source: dict[str, Any]
+        source: JSONObject
         if m.type == "pvc":
             name, source = f"pvc-{i}", {"persistentVolumeClaim": {"claimName": m.claim_name}}
             if m.read_only:
@@ -182,7 +194,7 @@ def storage_volumes(job: DLCJob) -> Volumes:
         elif m.type == "host_path":
             name, source = f"hostpath-{i}", {"hostPath": {"path": m.path}}
         elif m.type == "csi":
-            csi: dict = {"driver": m.driver}
+            csi: Manifest = {"driver": m.driver}
             if m.volume_attributes:
                 csi["volumeAttributes"] = dict(m.volume_attributes)
             if m.secret_name:
@@ -195,7 +207,7 @@ def storage_volumes(job: DLCJob) -> Volumes:
         elif m.type == "secret":
             name, source = f"secret-{i}", {"secret": {"secretName": m.name}}
         elif m.type == "empty_dir":
-            empty: dict = {}
+            empty: Manifest = {}
             if m.memory:
                 empty["medium"] = "Memory"
             if m.size_limit:
@@ -230,7 +242,7 @@ def node_selector(job: DLCJob, res: Resources) -> dict[str, str]:
     return selector
 
 
-def tolerations(job: DLCJob) -> list[dict]:
+def tolerations(job: DLCJob) -> list[Manifest]:
     out = [dict(t) for t in job.scheduling.tolerations]
     if job.scheduling.spot != "none":
         out.append(
@@ -239,7 +251,7 @@ def tolerations(job: DLCJob) -> list[dict]:
     return out
 
 
-def affinity(job: DLCJob) -> dict:
+def affinity(job: DLCJob) -> Manifest:
     s = job.scheduling
     required = []
     if s.include_nodes:
@@ -249,7 +261,7 @@ def affinity(job: DLCJob) -> dict:
     spot = {"key": SPOT_LABEL, "operator": "In", "values": [SPOT_VALUE]}
     if s.spot == "require":
         required.append(spot)
-    node: dict = {}
+    node: Manifest = {}
     if required:
         # One term: its expressions are ANDed (several terms would be ORed).
         node["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [{"matchExpressions": required}]}
@@ -258,9 +270,9 @@ def affinity(job: DLCJob) -> dict:
     return {"nodeAffinity": node} if node else {}
 
 
-def scheduling_fields(job: DLCJob, res: Resources) -> dict:
+def scheduling_fields(job: DLCJob, res: Resources) -> Manifest:
     """Pod spec fields for placement: nodeSelector, tolerations, affinity, priority, SA."""
-    spec: dict = {}
+    spec: Manifest = {}
     if sel := node_selector(job, res):
         spec["nodeSelector"] = sel
     if tol := tolerations(job):
@@ -297,12 +309,12 @@ def git_safe_directory(job: DLCJob) -> dict[str, str]:
     return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": job.code.mount_path}
 
 
-def clone_container(job: DLCJob, mounts: list[dict]) -> dict | None:
+def clone_container(job: DLCJob, mounts: list[Manifest]) -> Manifest | None:
     """Init container cloning job.code into its emptyDir (mounted in every container)."""
     code = job.code
     if code is None:
         return None
-    env: list[dict[str, Any]] = [
+    env: list[JSONObject] = [
         {"name": "DLC_GIT_REPO", "value": code.repo},
         {"name": "DLC_GIT_REVISION", "value": code.revision},
         {"name": "DLC_CODE_DIR", "value": code.mount_path},
@@ -338,9 +350,9 @@ def pod_template(
     restart_policy: str | None = "Never",
     subdomain: str | None = None,
     extra: Volumes | None = None,
-    ports: Iterable[dict] = (),
+    ports: Iterable[Manifest] = (),
     run_command: bool = True,
-) -> dict:
+) -> Manifest:
     """The pod template of `role`: main container, init containers, volumes, placement.
 
     `run_command=False` leaves the container's command to the operator (KubeRay starts
@@ -360,7 +372,7 @@ def pod_template(
         )
 
     entries, exports = env_and_exports({**git_safe_directory(job), **env, "DLC_OUTPUT_FILE": OUTPUT_FILE}, index)
-    container: dict = {"name": container_name, "image": job.role_image(role)}
+    container: Manifest = {"name": container_name, "image": job.role_image(role)}
     if run_command:
         container["command"] = wrap_command(job.role_command(role), exports)
     elif exports:
@@ -395,7 +407,7 @@ def pod_template(
                 check[key] = container[key]
         init.append(check)
 
-    spec: dict = {}
+    spec: Manifest = {}
     if init:
         spec["initContainers"] = init
     spec["containers"] = [container]
@@ -407,7 +419,7 @@ def pod_template(
         spec["subdomain"] = subdomain
     spec["enableServiceLinks"] = False  # hundreds of *_SERVICE_* vars help no one, and slow starts
     spec.update(scheduling_fields(job, res))
-    metadata: dict = {"labels": dict(labels)}
+    metadata: Manifest = {"labels": dict(labels)}
     if annotations:
         metadata["annotations"] = dict(annotations)
     return {"metadata": metadata, "spec": spec}

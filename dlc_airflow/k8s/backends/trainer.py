@@ -29,19 +29,22 @@ scheduling.priority_class or fault_tolerance.max_restarts/retryable_exit_codes a
 applied (the job stays until deleted).
 
 MPI runtimes (mpi, deepspeed with launcher="mpi") get numProcPerNode = the hostfile slots of
-`wiring.hostfile_spec` (what the other backends write into their hostfiles) and DLC_HOSTFILE =
+`spec.hostfile_spec` (what the other backends write into their hostfiles) and DLC_HOSTFILE =
 the runtime's hostfile (/etc/mpi/hostfile, mounted in the launcher). Status: the conditions of
 the TrainJob's JobSet, copied by the Trainer controller, mapped as on the jobset backend.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
-from dlc_airflow import reasons, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow import naming, reasons
+from dlc_airflow.errors import BackendError, UnsupportedType, unsupported_type
+from dlc_airflow.jobtypes import JobType
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.k8s.api import Manifest, Pod
+from dlc_airflow.k8s.backends.base import (
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     deadline_seconds,
@@ -52,22 +55,20 @@ from dlc_airflow.backends.base import (
     object_labels,
     pod_role_counts,
     queue_labels,
-    suggest,
-    unsupported_type,
 )
-from dlc_airflow.backends.jobset import JOBSET_FAILURE_REASONS
-from dlc_airflow.backends.podspec import (
+from dlc_airflow.k8s.backends.jobset import JOBSET_FAILURE_REASONS
+from dlc_airflow.k8s.backends.podspec import (
     JOB_INDEX,
     OUTPUT_FILE,
     env_and_exports,
+    pod_role_env,
     resource_list,
     scheduling_fields,
     shm_volume,
     storage_volumes,
 )
-from dlc_airflow.jobtypes import JobType
 from dlc_airflow.k8s.kinds import TRAIN_JOB
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import MPI_HOSTFILE, DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
 RUNTIME_GROUP = "trainer.kubeflow.org"
@@ -118,18 +119,18 @@ class TrainerBackend(Backend):
     @staticmethod
     def _is_mpi(job: DLCJob) -> bool:
         """Launched over MPI (the runtime's launcher + sshd nodes): the jobs with a hostfile."""
-        return wiring.hostfile_spec(job) is not None
+        return hostfile_spec(job) is not None
 
     def check_options(self, job: DLCJob) -> None:
         t = job.type.value
         if job.type is JobType.megatron and job.launcher == "mpi":
-            raise BackendError(f"trainer backend: megatron with launcher='mpi' has no upstream runtime; {suggest(t, self.name)}")
+            raise UnsupportedType("trainer backend: megatron with launcher='mpi' has no upstream runtime", t, self.name,
+                                  "; ")
         extra = sorted(set(job.roles) - ({"launcher", "worker"} if job.type is JobType.mpi else {"worker"}))
         if extra or "worker" not in job.roles:
-            raise BackendError(
-                f"trainer backend runs {t} jobs as identical worker nodes only; roles {extra or ['(no worker)']} "
-                f"cannot be mapped: drop them (node 0 is rank 0) or {suggest(t, self.name)}"
-            )
+            raise UnsupportedType(f"trainer backend runs {t} jobs as identical worker nodes only; roles "
+                                  f"{extra or ['(no worker)']} cannot be mapped: drop them (node 0 is rank 0)", t,
+                                  self.name, " or ")
         problems = []
         if job.elastic:
             problems.append("elastic")
@@ -147,41 +148,40 @@ class TrainerBackend(Backend):
         if reserved:
             problems.append(f"env {', '.join(reserved)} (set by the runtime)")
         if problems:
-            raise BackendError(
-                f"trainer backend: TrainJob v1alpha1 cannot express {', '.join(problems)} of this {t} job; "
-                f"{suggest(t, self.name)}"
-            )
+            raise UnsupportedType(f"trainer backend: TrainJob v1alpha1 cannot express {', '.join(problems)} of this "
+                                  f"{t} job", t, self.name, "; ")
 
     def kind(self, job: DLCJob) -> ResourceKind:
         return TRAIN_JOB
 
-    def _render(self, job, name, identity, attempt):
+    def _render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None,
+                attempt: int | None) -> list[Manifest]:
         command_role = "launcher" if job.type is JobType.mpi else "worker"
         node_role = "worker"
         res = job.role_resources(node_role)
-        env = wiring.role_env(job, name, node_role, None, framework=False)
+        env = pod_role_env(job, name, node_role, None, framework=False)
         if self._is_mpi(job):  # the runtime's MPI plugin mounts its hostfile there
-            env.setdefault("DLC_HOSTFILE", wiring.MPI_HOSTFILE)
+            env.setdefault("DLC_HOSTFILE", MPI_HOSTFILE)
         env["DLC_OUTPUT_FILE"] = OUTPUT_FILE
         entries, exports = env_and_exports(env, JOB_INDEX)
         if exports:  # pragma: no cover - only framework env has computed values
             raise BackendError("trainer backend: computed env needs a command wrapper TrainJob cannot add")
 
-        trainer: dict = {
+        trainer: Manifest = {
             "image": job.role_image(command_role),
             "command": job.role_command(command_role),
             "env": entries,
             "numNodes": job.roles[node_role].replicas,
         }
-        # MPI runtimes write the hostfile from numProcPerNode: the slots of wiring.hostfile_spec.
-        hostfile = wiring.hostfile_spec(job)
+        # MPI runtimes write the hostfile from numProcPerNode: the slots of hostfile_spec.
+        hostfile = hostfile_spec(job)
         trainer["numProcPerNode"] = hostfile.slots if hostfile else job.nproc_per_node
         if values := resource_list(res):
             trainer["resourcesPerNode"] = {"requests": dict(values), "limits": dict(values)}
 
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
-        spec: dict = {
+        spec: Manifest = {
             "runtimeRef": {"apiGroup": RUNTIME_GROUP, "kind": RUNTIME_KIND, "name": self.runtime_name(job)},
             "trainer": trainer,
         }
@@ -191,12 +191,13 @@ class TrainerBackend(Backend):
             spec["suspend"] = True
         spec["runtimePatches"] = [self._patch(job, name, identity, attempt, annotations)]
 
-        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        metadata: Manifest = {"name": name, "labels": {**labels, **queue_labels(job)}}
         if annotations:
             metadata["annotations"] = annotations
         return [{"apiVersion": TRAIN_JOB.api_version, "kind": "TrainJob", "metadata": metadata, "spec": spec}]
 
-    def _patch(self, job: DLCJob, name, identity, attempt, annotations) -> dict:
+    def _patch(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int | None,
+               annotations: dict[str, str]) -> Manifest:
         """Pod-level settings for every replicatedJob of the runtime."""
         res = job.role_resources("worker")
         vols, shm = storage_volumes(job), shm_volume(res)
@@ -205,17 +206,17 @@ class TrainerBackend(Backend):
         names = [LAUNCHER_JOB, NODE_JOB] if self._is_mpi(job) else [NODE_JOB]
         for rj in names:
             role = "launcher" if rj == LAUNCHER_JOB else "worker"
-            pod_meta: dict = {"labels": object_labels(job, name, identity, attempt, role)}
+            pod_meta: Manifest = {"labels": object_labels(job, name, identity, attempt, role)}
             if annotations:
                 pod_meta["annotations"] = annotations
-            pod_spec: dict = dict(scheduling_fields(job, res))
+            pod_spec: Manifest = dict(scheduling_fields(job, res))
             if volumes:
                 pod_spec["volumes"] = volumes
                 pod_spec["containers"] = [{"name": TRAINER_CONTAINER, "volumeMounts": mounts}]
             jobs.append({"name": rj, "template": {"spec": {"template": {"metadata": pod_meta, "spec": pod_spec}}}})
         return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}}}
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         return apply_pods(trainjob_status(objects[0], pods), pods)
@@ -224,7 +225,7 @@ class TrainerBackend(Backend):
 _ROLE_OF_JOB = {NODE_JOB: "worker", LAUNCHER_JOB: "launcher"}
 
 
-def trainjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
+def trainjob_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStatus:
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     nodes = int((spec.get("trainer") or {}).get("numNodes") or 1)
     roles: dict[str, RoleCounts] = {"worker": RoleCounts(replicas=nodes)}
@@ -239,7 +240,7 @@ def trainjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
         roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
 
     meta = obj.get("metadata") or {}
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "roles": roles,
         "created": earliest([meta.get("creationTimestamp")]),
         "started": earliest((p.get("status") or {}).get("startTime") for p in pods or []),

@@ -22,12 +22,15 @@ status.failed reaches backoffLimit + 1): RestartLimitExceeded (reasons.py), Kube
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from collections.abc import Sequence
 
-from dlc_airflow import reasons, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow import naming, reasons
+from dlc_airflow.errors import BackendError
+from dlc_airflow.jobtypes import JobType
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.k8s.api import Manifest, Pod
+from dlc_airflow.k8s.backends.base import (
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     deadline_seconds,
@@ -40,8 +43,7 @@ from dlc_airflow.backends.base import (
     queue_labels,
     ttl_seconds,
 )
-from dlc_airflow.backends.podspec import pod_template
-from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends.podspec import pod_role_env, pod_template
 from dlc_airflow.k8s.kinds import RAY_JOB
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts
@@ -86,11 +88,12 @@ class RayBackend(Backend):
     def kind(self, job: DLCJob) -> ResourceKind:
         return RAY_JOB
 
-    def _template(self, job, name, role, identity, attempt, annotations, container):
+    def _template(self, job: DLCJob, name: str, role: str, identity: naming.TaskIdentity | None,
+                  attempt: int | None, annotations: dict[str, str], container: str) -> Manifest:
         return pod_template(
             job,
             role,
-            wiring.role_env(job, name, role, None, framework=False),
+            pod_role_env(job, name, role, None, framework=False),
             labels=object_labels(job, name, identity, attempt, role),
             annotations=annotations,
             container_name=container,
@@ -99,12 +102,13 @@ class RayBackend(Backend):
             run_command=False,
         )
 
-    def _submitter(self, job, name, identity, attempt, annotations, head: dict) -> dict:
+    def _submitter(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int | None,
+                   annotations: dict[str, str], head: Manifest) -> Manifest:
         """KubeRay's default submitter pod (the head's image, its requests), with our labels and
         annotations and the head's placement: the pod where the entrypoint's result and output
         are, so it is found, logged and placed like the job's other pods. KubeRay writes its
         command (`ray job submit ...`)."""
-        metadata: dict = {"labels": object_labels(job, name, identity, attempt, SUBMITTER_ROLE)}
+        metadata: Manifest = {"labels": object_labels(job, name, identity, attempt, SUBMITTER_ROLE)}
         if annotations:
             metadata["annotations"] = annotations
         placement = {k: v for k, v in head["spec"].items() if k in SUBMITTER_PLACEMENT}
@@ -112,10 +116,11 @@ class RayBackend(Backend):
         container = {"name": SUBMITTER_CONTAINER, "image": image, "resources": dict(SUBMITTER_RESOURCES)}
         return {"metadata": metadata, "spec": {**placement, "restartPolicy": "Never", "containers": [container]}}
 
-    def _render(self, job, name, identity, attempt):
+    def _render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None,
+                attempt: int | None) -> list[Manifest]:
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
-        cluster: dict = {
+        cluster: Manifest = {
             "headGroupSpec": {
                 "rayStartParams": dict(HEAD_START_PARAMS),
                 "template": self._template(job, name, "head", identity, attempt, annotations, HEAD_CONTAINER),
@@ -132,7 +137,7 @@ class RayBackend(Backend):
                     "template": self._template(job, name, "worker", identity, attempt, annotations, WORKER_CONTAINER),
                 }
             ]
-        spec: dict = {
+        spec: Manifest = {
             "entrypoint": entrypoint(job),
             "submissionMode": "K8sJobMode",
             "shutdownAfterJobFinishes": True,
@@ -147,18 +152,18 @@ class RayBackend(Backend):
             spec["activeDeadlineSeconds"] = deadline
         if job.scheduling.queue:
             spec["suspend"] = True  # allowed: shutdownAfterJobFinishes is true
-        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        metadata: Manifest = {"name": name, "labels": {**labels, **queue_labels(job)}}
         if annotations:
             metadata["annotations"] = annotations
         return [{"apiVersion": RAY_JOB.api_version, "kind": "RayJob", "metadata": metadata, "spec": spec}]
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         return apply_pods(rayjob_status(objects[0], pods), pods)
 
 
-def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
+def rayjob_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStatus:
     """RayJob: status.jobDeploymentStatus (KubeRay's lifecycle) + status.jobStatus (Ray's)."""
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     deployment = st.get("jobDeploymentStatus") or ""
@@ -178,7 +183,7 @@ def rayjob_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
 
     meta = obj.get("metadata") or {}
     failed = int(st.get("failed") or 0)
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "roles": roles,
         # KubeRay counts every failed run in status.failed, the final one of a failed job too.
         "restarts": max(0, failed - 1) if deployment in ("Failed", "ValidationFailed") else failed,

@@ -32,7 +32,7 @@ TensorFlow, as TFJob: the job succeeds when the chief's Job completes (index 0 o
 without a chief), whatever parameter servers (which never exit), evaluators and the other
 workers do; the runner then stops the Jobs still running (`leftovers`), as it stops the
 other roles' Jobs when one role's Job fails. It stops them without deleting them, since
-deleting the primary would delete the whole job, the failed Job too: `stop_patch` gives the
+deleting the primary would delete the whole job, the failed Job too: `settle_patch` gives the
 Job a deadline already past, so the Job controller stops its pods and marks it Failed
 (DeadlineExceeded; ttlSecondsAfterFinished then applies as to any finished Job), and an
 annotation tells the status mapping that this failure is ours, not the job's.
@@ -46,13 +46,17 @@ controller's wording stays in the message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dlc_airflow import naming, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow.errors import BackendError
+from dlc_airflow.jobtypes import ordered_roles
+from dlc_airflow.k8s.api import Manifest, Pod
+from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     JOB,
     SERVICE,
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     not_found,
@@ -60,7 +64,7 @@ from dlc_airflow.backends.base import (
     object_labels,
     queue_labels,
 )
-from dlc_airflow.backends.batchjob import (
+from dlc_airflow.k8s.backends.batchjob import (
     JOB_TYPES,
     MAIN_CONTAINER,
     NO_RAY,
@@ -72,9 +76,8 @@ from dlc_airflow.backends.batchjob import (
     role_job_spec,
     settled,
 )
-from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
-from dlc_airflow.jobtypes import ordered_roles
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.k8s.backends.podspec import JOB_INDEX, pod_role_env, pod_template
+from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, condition
 
 
@@ -100,11 +103,12 @@ class NativeBackend(Backend):
 
     def kinds(self, job: DLCJob) -> list[ResourceKind]:
         kinds = [JOB, SERVICE]
-        if wiring.hostfile_spec(job):
+        if hostfile_spec(job):
             kinds.append(CONFIG_MAP)
         return kinds
 
-    def _render(self, job, name, identity, attempt):
+    def _render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None,
+                attempt: int | None) -> list[Manifest]:
         addr = job_addressing(name, job)
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
@@ -121,7 +125,7 @@ class NativeBackend(Backend):
             template = pod_template(
                 job,
                 role,
-                wiring.role_env(job, name, role, addr),
+                pod_role_env(job, name, role, addr),
                 labels=role_labels,
                 annotations=annotations,
                 container_name=MAIN_CONTAINER,
@@ -129,7 +133,7 @@ class NativeBackend(Backend):
                 subdomain=name,
                 extra=extra,
             )
-            metadata: dict = {"name": naming.child_name(name, role), "labels": {**role_labels, **queue_labels(job)}}
+            metadata: Manifest = {"name": naming.child_name(name, role), "labels": {**role_labels, **queue_labels(job)}}
             if annotations:
                 metadata["annotations"] = annotations
             jobs.append(
@@ -138,20 +142,20 @@ class NativeBackend(Backend):
         return [jobs[0], self._service(job, name, labels, annotations), *config_maps, *jobs[1:]]
 
     @staticmethod
-    def _service(job: DLCJob, name: str, labels: dict, annotations: dict) -> dict:
-        spec: dict = {
+    def _service(job: DLCJob, name: str, labels: Manifest, annotations: Manifest) -> Manifest:
+        spec: Manifest = {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,  # peers must resolve before they are Ready
             "selector": {naming.LABEL_JOB: name},
         }
         if port := wiring.rendezvous_port(job):
             spec["ports"] = [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}]
-        metadata: dict = {"name": name, "labels": labels}
+        metadata: Manifest = {"name": name, "labels": labels}
         if annotations:
             metadata["annotations"] = annotations
         return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
 
-    def leftovers(self, objects: list[dict]) -> list[str]:
+    def leftovers(self, objects: list[Manifest]) -> list[str]:
         """Role Jobs still running after the job finished: parameter servers after success,
         the other roles' Jobs after one role's Job failed."""
         # FailureTarget / SuccessCriteriaMet: the Job controller is already finishing it
@@ -159,11 +163,16 @@ class NativeBackend(Backend):
         return [o["metadata"]["name"] for o in objects
                 if not settled(o) and not any(condition(o, c) for c in done)]
 
-    def stop_patch(self) -> dict:
+    def settle_patch(self) -> Manifest:
         return {"metadata": {"annotations": {SETTLED_ANNOTATION: "true"}},
                 "spec": {"activeDeadlineSeconds": 1}}
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def stop_patch(self) -> Manifest:
+        """A deadline already past: the Job controller ends the pods and keeps the Job (it does not
+        count while Kueue keeps the Job suspended: the runner deactivates a queued job's Workloads)."""
+        return {"spec": {"activeDeadlineSeconds": 1}}
+
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         jobs = [o for o in objects if o.get("kind", "Job") == "Job"]
         if not jobs:
             return not_found()

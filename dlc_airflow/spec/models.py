@@ -1,4 +1,4 @@
-"""The DLC job spec: what a DAG author writes, validated before anything touches a cluster.
+"""The DLC job spec's models: what a DAG author writes, validated before anything touches a cluster.
 
 A `DLCJob` is one distributed job: a job type, one image and command, and roles
 (master, worker, ps, chief, launcher, head...) of N replicas each. Strings may be Jinja
@@ -6,16 +6,16 @@ templates ("{{ ds }}") that Airflow renders at run time; checks that depend on a
 content are deferred for templated strings and run again once the operator has rendered
 them, still before any network call.
 
-Load from Python (`DLCJob(...)`), a dict (`DLCJob.model_validate`), YAML or JSON
-(`load_job`), and export a JSON Schema for editors (`json_schema`).
+Build one in Python (`DLCJob(...)`) or from a dict (`DLCJob.model_validate`); reading files
+and the JSON Schema are dlc_airflow.spec.load. Every error is one SpecError line naming the
+field (`first_error`).
 """
 
 from __future__ import annotations
 
-import json
 import re
+from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,21 +23,22 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from dlc_airflow import wiring
+from dlc_airflow.errors import SpecError
 from dlc_airflow.jobtypes import JOB_TYPES, JobType, TypeInfo
-from dlc_airflow.secrets import SOURCE_TYPES, EnvValue  # env values from secrets: see dlc_airflow.secrets
-from dlc_airflow.specfields import (  # parse_duration and is_templated are public here too
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.spec.envsource import SOURCE_TYPES, EnvValue  # env values from secrets: see dlc_airflow.secrets
+from dlc_airflow.spec.fields import (  # parse_duration and is_templated are public here too
     DNS_LABEL,
     ENV_NAME,
     MAX_REPLICAS,
     MAX_ROLE_NAME,
     MAX_TTL_SECONDS,
-    QUANTITY,
     check_dns_subdomain,
     check_git_repo,
     check_git_revision,
@@ -54,35 +55,6 @@ from dlc_airflow.specfields import (  # parse_duration and is_templated are publ
     scalar_kind,
 )
 
-__all__ = [
-    "CSIMount",
-    "Checkpoint",
-    "CodeSource",
-    "ConfigMapMount",
-    "DLCJob",
-    "Elastic",
-    "EmptyDirMount",
-    "FaultTolerance",
-    "HealthCheck",
-    "HostPathMount",
-    "JobType",
-    "NFSMount",
-    "PVCMount",
-    "Resources",
-    "Role",
-    "Scheduling",
-    "SecretMount",
-    "SpecError",
-    "Storage",
-    "is_templated",
-    "json_schema",
-    "load_job",
-]
-
-
-class SpecError(ValueError):
-    """A job spec that cannot be used; the message names the field and what to do."""
-
 
 class _Model(BaseModel):
     # Unknown keys are typos more often than not: reject them, naming the key.
@@ -93,7 +65,7 @@ class _Model(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise SpecError(f"invalid {_model_what(type(self))}: {_first_error(exc)}") from None
+            raise SpecError(f"invalid {_model_what(type(self))}: {first_error(exc)}") from None
 
     # as RootModel does: pydantic then validates nested models without calling this __init__
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
@@ -102,7 +74,7 @@ class _Model(BaseModel):
         try:
             super().__setattr__(name, value)
         except ValidationError as exc:
-            raise SpecError(f"invalid {_model_what(type(self))}: {_first_error(exc)}") from None
+            raise SpecError(f"invalid {_model_what(type(self))}: {first_error(exc)}") from None
 
     @model_validator(mode="before")
     @classmethod
@@ -150,8 +122,8 @@ class Resources(_Model):
 
     @field_validator("cpu", "memory", "shared_memory", "ephemeral_storage", mode="before")
     @classmethod
-    def _quantity(cls, value: Any, info) -> str | None:
-        return check_quantity(value, info.field_name)
+    def _quantity(cls, value: Any, info: ValidationInfo) -> str | None:
+        return check_quantity(value, str(info.field_name))
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -272,8 +244,8 @@ class CSIMount(_Mount):
 
     @field_validator("driver", "secret_name")
     @classmethod
-    def _dns(cls, value: str | None, info) -> str | None:
-        return value if value is None else check_dns_subdomain(value, info.field_name)
+    def _dns(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None else check_dns_subdomain(value, str(info.field_name))
 
 
 class ConfigMapMount(_Mount):
@@ -348,7 +320,7 @@ class Scheduling(_Model):
     )
     priority_class: str | None = None
     node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    tolerations: list[JSONObject] = Field(default_factory=list)
     spot: Literal["none", "prefer", "require"] = Field(
         "none", description="run on spot/preemptible nodes: prefer them, or require them"
     )
@@ -366,7 +338,7 @@ class Scheduling(_Model):
 
     @field_validator("queue", "queue_priority", "priority_class", "service_account")
     @classmethod
-    def _dns_name(cls, value: str | None, info) -> str | None:
+    def _dns_name(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not is_templated(value):
             if len(value) > 63 or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", value):
                 raise ValueError(
@@ -376,14 +348,14 @@ class Scheduling(_Model):
 
     @field_validator("tolerations")
     @classmethod
-    def _tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _tolerations(cls, value: list[JSONObject]) -> list[JSONObject]:
         for i, tol in enumerate(value):
             check_toleration(tol, f"tolerations[{i}]")
         return value
 
     @field_validator("include_nodes", "exclude_nodes")
     @classmethod
-    def _node_names(cls, value: list[str], info) -> list[str]:
+    def _node_names(cls, value: list[str], info: ValidationInfo) -> list[str]:
         # matched against the node label kubernetes.io/hostname: label value rules
         for node in value:
             check_label_like(node, f"{info.field_name}: node")
@@ -540,8 +512,8 @@ class DLCJob(_Model):
 
     @field_validator("max_running_time", "ttl_after_finished", mode="before")
     @classmethod
-    def _duration(cls, value: Any, info) -> timedelta | None:
-        parsed = parse_duration(value, info.field_name)
+    def _duration(cls, value: Any, info: ValidationInfo) -> timedelta | None:
+        parsed = parse_duration(value, str(info.field_name))
         if parsed is not None and parsed.total_seconds() <= 0:
             raise ValueError(f"{info.field_name} must be positive")
         if info.field_name == "ttl_after_finished" and parsed is not None and parsed.total_seconds() > MAX_TTL_SECONDS:
@@ -665,7 +637,7 @@ class DLCJob(_Model):
     def total_replicas(self) -> int:
         return sum(r.replicas for r in self.roles.values())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """JSON-safe dict that round-trips through model_validate (durations in seconds)."""
         data = self.model_dump(mode="json", exclude_defaults=True)
         if self.storage:
@@ -680,13 +652,42 @@ class DLCJob(_Model):
         return data
 
 
+# -- the hostfile: whether a job has one (the types that launch over MPI), where, how many slots --
+
+MPI_HOSTFILE = "/etc/mpi/hostfile"
+DEEPSPEED_HOSTFILE = "/etc/deepspeed/hostfile"
+
+
+@dataclass(frozen=True)
+class Hostfile:
+    """Where a job's MPI / DeepSpeed hostfile goes and how many slots each worker has."""
+
+    path: str
+    slots: int
+
+
+def hostfile_spec(job: DLCJob) -> Hostfile | None:
+    """The job's hostfile, for the types that launch over MPI; None for the others.
+
+    The one place that decides hostfile presence and slots: every backend asks here.
+    DeepSpeed / Megatron with launcher="mpi" run one process per GPU, so a worker's slots
+    are nproc_per_node unless slots_per_worker is given.
+    """
+    if job.type is JobType.mpi:
+        return Hostfile(MPI_HOSTFILE, job.slots_per_worker)
+    if job.type in (JobType.deepspeed, JobType.megatron) and job.launcher == "mpi":
+        slots = job.slots_per_worker if "slots_per_worker" in job.model_fields_set else job.nproc_per_node
+        return Hostfile(DEEPSPEED_HOSTFILE, slots)
+    return None
+
+
 def _reserved_paths(job: DLCJob) -> dict[str, str]:
     """Paths the backends mount themselves (shared memory, hostfiles) -> what takes them."""
 
     reserved = {}
     if job.resources.shared_memory or any(r.resources and r.resources.shared_memory for r in job.roles.values()):
         reserved["/dev/shm"] = "resources.shared_memory"
-    if (hostfile := wiring.hostfile_spec(job)) is not None:
+    if (hostfile := hostfile_spec(job)) is not None:
         reserved[hostfile.path] = "the MPI hostfile" if job.type is JobType.mpi else "the hostfile of launcher='mpi'"
     return reserved
 
@@ -738,7 +739,7 @@ def _check_roles(job: DLCJob, info: TypeInfo) -> None:
 _MAX_ERRORS = 5  # more than this is one mistake repeated, or not a job spec at all
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
     lines: list[str] = []
     for err in exc.errors():
         loc = _loc(err["loc"])
@@ -774,110 +775,3 @@ def _model_what(cls: type) -> str:
     return "job spec" if cls.__name__ == "DLCJob" else f"{cls.__name__} spec"
 
 
-def parse_job(data: Any, source: str = "job spec") -> DLCJob:
-    """Validate a DLCJob / dict, raising SpecError with one actionable line per problem."""
-    if isinstance(data, DLCJob):
-        return data
-    try:
-        return DLCJob.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(f"invalid {source}: {_first_error(exc)}") from None
-
-
-def load_job(path: str | Path) -> DLCJob:
-    """Load a job spec from a YAML or JSON file."""
-    import yaml
-
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read job spec {p}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{p} is not UTF-8 text (byte {exc.start}): save the spec as UTF-8 YAML or JSON") from None
-    try:
-        data = _load_json(text) if p.suffix == ".json" else yaml.load(text, Loader=_strict_yaml_loader())
-    except _DuplicateKey as exc:
-        raise SpecError(f"{p}: {exc}") from None
-    except (ValueError, yaml.YAMLError) as exc:
-        raise SpecError(f"{p} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {_one_line(exc)}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{p}: a job spec is a mapping (name, type, image, ...)")
-    return parse_job(data, source=str(p))
-
-
-class _DuplicateKey(Exception):
-    """A key given twice in one mapping: YAML and JSON parsers silently keep the last."""
-
-
-def _strict_yaml_loader() -> type:
-    import yaml
-
-    class StrictLoader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            if isinstance(node, yaml.MappingNode):
-                seen: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
-                        continue
-                    key = self.construct_object(key_node, deep=True)
-                    line = key_node.start_mark.line + 1
-                    try:
-                        first = seen.get(key)
-                    except TypeError:  # an unhashable key: the base loader reports it
-                        continue
-                    if first is not None:
-                        raise _DuplicateKey(f"duplicate key {key!r} at line {line} (first at line {first}); "
-                                            "remove one of them (YAML would silently keep the last)")
-                    seen[key] = line
-            return super().construct_mapping(node, deep=deep)
-
-    return StrictLoader
-
-
-def _load_json(text: str) -> Any:
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise _DuplicateKey(f"duplicate key {key!r}; remove one of them (JSON would silently keep the last)")
-            out[key] = value
-        return out
-
-    return json.loads(text, object_pairs_hook=pairs)
-
-
-def _one_line(exc: Exception) -> str:
-    """A parser error as one line: what is wrong, and where (YAML errors span several lines)."""
-    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
-    if problem and mark is not None:
-        context = getattr(exc, "context", None)  # e.g. "expected a single document in the stream"
-        where = f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-        return f"{context}, {where}" if context else where
-    return " ".join(str(exc).split())
-
-
-def json_schema() -> dict[str, Any]:
-    """JSON Schema of DLCJob, for editors (yaml-language-server) and docs.
-
-    It describes what a spec file may contain, which is more than the models' types: the
-    validators also take the roles shorthand (`worker: 4`), plain numbers as quantities
-    (`cpu: 4`) and durations as seconds or text such as '2h'.
-    """
-    schema = DLCJob.model_json_schema()
-    defs, props = schema["$defs"], schema["properties"]
-    props["roles"]["additionalProperties"] = {
-        "anyOf": [{"$ref": "#/$defs/Role"}, {"type": "integer", "minimum": 1, "description": "replicas"}]
-    }
-    for key in ("max_running_time", "ttl_after_finished"):
-        props[key]["anyOf"] = [{"type": "number", "exclusiveMinimum": 0},
-                               {"type": "string", "description": "seconds, or e.g. '90s', '30m', '2h', '1d12h'"},
-                               {"type": "null"}]
-    quantity = [{"type": "string", "pattern": QUANTITY.pattern}, {"type": "number", "minimum": 0},
-                {"type": "string", "pattern": r"\{\{|\{%", "description": "a Jinja template Airflow renders"},
-                {"type": "null"}]
-    for model, fields in (("Resources", ("cpu", "memory", "shared_memory", "ephemeral_storage")),
-                          ("EmptyDirMount", ("size_limit",))):
-        for field in fields:
-            defs[model]["properties"][field]["anyOf"] = quantity
-    return schema

@@ -3,7 +3,7 @@
 - `JOB_TYPES`: the job types that run as plain batch/v1 Indexed Jobs with our wiring;
 - `job_addressing`: `<name>-<role>-<i>.<name>` (Indexed Job pods behind a headless Service);
 - `hostfile_config_map`: the ConfigMap `<name>-hostfile` and its volume + mount, for the jobs
-  `wiring.hostfile_spec` says have a hostfile (path and slots come from there too);
+  `spec.hostfile_spec` says have a hostfile (path and slots come from there too);
 - `role_job_spec` / `pod_failure_rules`: a role's JobSpec (Indexed, podFailurePolicy, limits);
 - `jobs_status` / `replaced_failures`: the JobStatus of role Jobs (and their pods).
 
@@ -12,19 +12,21 @@ Nothing here talks to a cluster.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from dlc_airflow import naming, reasons, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow.jobtypes import JobType
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.k8s.api import Manifest, Pod
+from dlc_airflow.k8s.backends.base import (
     condition_time,
     deadline_seconds,
     earliest,
     latest,
     ttl_seconds,
 )
-from dlc_airflow.backends.podspec import COMPLETION_INDEX_ANNOTATION, Volumes
-from dlc_airflow.jobtypes import JobType
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.k8s.backends.podspec import COMPLETION_INDEX_ANNOTATION, Volumes
+from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
 # Every type but ray (a Ray cluster needs the KubeRay operator) and slurm (a batch script
@@ -62,14 +64,14 @@ def job_addressing(name: str, job: DLCJob, host: str = "{name}-{role}-{i}.{name}
 
 
 def hostfile_config_map(
-    job: DLCJob, name: str, addr: wiring.Addressing, labels: dict, annotations: dict
-) -> tuple[dict, Volumes] | None:
+    job: DLCJob, name: str, addr: wiring.Addressing, labels: Manifest, annotations: Manifest
+) -> tuple[Manifest, Volumes] | None:
     """The hostfile ConfigMap `<name>-hostfile`, and its volume + mount (one file, subPath)."""
-    spec = wiring.hostfile_spec(job)
+    spec = hostfile_spec(job)
     if spec is None:
         return None
     cm_name = naming.child_name(name, "hostfile")
-    metadata: dict = {"name": cm_name, "labels": labels}
+    metadata: Manifest = {"name": cm_name, "labels": labels}
     if annotations:
         metadata["annotations"] = annotations
     cm = {
@@ -83,10 +85,10 @@ def hostfile_config_map(
     return cm, Volumes([volume], [mount])
 
 
-def pod_failure_rules(job: DLCJob, container: str) -> list[dict]:
+def pod_failure_rules(job: DLCJob, container: str) -> list[Manifest]:
     """podFailurePolicy rules; order matters (the first matching rule decides)."""
     ft = job.fault_tolerance
-    rules: list[dict] = []
+    rules: list[Manifest] = []
     if ft.restart_on_preemption:
         rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
     if ft.retryable_exit_codes:
@@ -107,15 +109,15 @@ def pod_failure_rules(job: DLCJob, container: str) -> list[dict]:
 def role_job_spec(
     job: DLCJob,
     role: str,
-    template: dict,
+    template: Manifest,
     *,
     per_index_restarts: bool = True,
     ttl: bool = True,
     suspend: bool = True,
-) -> dict:
+) -> Manifest:
     """The batch/v1 JobSpec of one role (native uses all of it; JobSet drops some parts)."""
     replicas = job.roles[role].replicas
-    spec: dict = {
+    spec: Manifest = {
         "completionMode": "Indexed",
         "completions": replicas,
         "parallelism": replicas,
@@ -140,9 +142,9 @@ def role_job_spec(
 # -- status -----------------------------------------------------------------------------------
 
 
-def replaced_failures(pods: list[dict]) -> int:
+def replaced_failures(pods: Sequence[Pod]) -> int:
     """Failed pods that got a successor for the same replica (preempted ones not counted)."""
-    by_replica: dict[tuple[str, str], list[dict]] = {}
+    by_replica: dict[tuple[str, str], list[Pod]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         key = ((meta.get("labels") or {}).get(naming.LABEL_ROLE, ""),
@@ -169,35 +171,35 @@ def _index_count(intervals: str) -> int:
     return count
 
 
-def _role_of(obj: dict) -> str:
+def _role_of(obj: Manifest) -> str:
     meta = obj.get("metadata") or {}
     role = (meta.get("labels") or {}).get(naming.LABEL_ROLE)
     if role:
-        return role
-    name, job_name = meta.get("name", ""), (meta.get("labels") or {}).get(naming.LABEL_JOB, "")
+        return str(role)
+    name, job_name = str(meta.get("name", "")), str((meta.get("labels") or {}).get(naming.LABEL_JOB, ""))
     return name[len(job_name) + 1 :] if job_name and name.startswith(job_name + "-") else name
 
 
-def _failed_condition(obj: dict) -> dict | None:
+def _failed_condition(obj: Manifest) -> Manifest | None:
     return condition(obj, "Failed") or condition(obj, "FailureTarget")
 
 
-def settled(obj: dict) -> bool:
-    """Whether the runner stopped this role Job after the job had finished (stop_patch)."""
+def settled(obj: Manifest) -> bool:
+    """Whether the runner stopped this role Job after the job had finished (settle_patch)."""
     return SETTLED_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {})
 
 
-def _complete(obj: dict) -> bool:
+def _complete(obj: Manifest) -> bool:
     return bool(condition(obj, "Complete") or condition(obj, "SuccessCriteriaMet"))
 
 
-def _template_env(obj: dict, name: str) -> str | None:
+def _template_env(obj: Manifest, name: str) -> str | None:
     """The value of env `name` in the Job's pod template (the wiring sets DLC_JOB_TYPE in each)."""
     pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
     for container in pod.get("containers") or []:
         for var in container.get("env") or []:
             if var.get("name") == name and "value" in var:
-                return var["value"]
+                return str(var["value"])
     return None
 
 
@@ -210,7 +212,7 @@ def _has_index(intervals: str, index: int) -> bool:
     return False
 
 
-def tf_decider(jobs: list[dict]) -> dict | None:
+def tf_decider(jobs: list[Manifest]) -> Manifest | None:
     """TensorFlow's deciding role Job (Kubeflow's TFJob success policy): the chief's, else the
     workers' (their index 0 decides). None for the other types: every role Job must complete.
 
@@ -221,7 +223,7 @@ def tf_decider(jobs: list[dict]) -> dict | None:
     return (by_role.get("chief") or by_role.get("worker")) if tensorflow else None
 
 
-def _decided(lead: dict) -> bool:
+def _decided(lead: Manifest) -> bool:
     """The chief's Job completed, or index 0 of the workers' Job did."""
     if _complete(lead):
         return True
@@ -229,7 +231,7 @@ def _decided(lead: dict) -> bool:
     return _role_of(lead) == "worker" and _has_index(completed, 0)
 
 
-def jobs_status(jobs: list[dict]) -> JobStatus:
+def jobs_status(jobs: list[Manifest]) -> JobStatus:
     """Aggregate batch/v1 Jobs (one per role) into one JobStatus."""
     roles: dict[str, RoleCounts] = {}
     failed_pods = 0
@@ -246,7 +248,7 @@ def jobs_status(jobs: list[dict]) -> JobStatus:
 
     created = earliest((o.get("metadata") or {}).get("creationTimestamp") for o in jobs)
     started = earliest((o.get("status") or {}).get("startTime") for o in jobs)
-    base: dict[str, Any] = {"roles": roles, "created": created, "started": started}
+    base: JSONObject = {"roles": roles, "created": created, "started": started}
 
     # TensorFlow: the job succeeds when the chief does (worker 0 without a chief), whatever the
     # parameter servers, evaluators and other workers do; the runner then settles those. Before

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlc_airflow.backends.base import Backend, BackendError, ResourceKind
+from dlc_airflow.errors import BackendError
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.backends.base import Backend, ResourceKind
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_BACKEND",
     "Backend",
-    "BackendError",
     "ResourceKind",
     "backends_running",
     "get_backend",
@@ -36,31 +36,31 @@ DEFAULT_BACKEND = "native"
 
 
 def _native() -> Backend:
-    from dlc_airflow.backends.native import NativeBackend
+    from dlc_airflow.k8s.backends.native import NativeBackend
 
     return NativeBackend()
 
 
 def _kubeflow() -> Backend:
-    from dlc_airflow.backends.kubeflow import KubeflowBackend
+    from dlc_airflow.k8s.backends.kubeflow import KubeflowBackend
 
     return KubeflowBackend()
 
 
 def _trainer() -> Backend:
-    from dlc_airflow.backends.trainer import TrainerBackend
+    from dlc_airflow.k8s.backends.trainer import TrainerBackend
 
     return TrainerBackend()
 
 
 def _jobset() -> Backend:
-    from dlc_airflow.backends.jobset import JobSetBackend
+    from dlc_airflow.k8s.backends.jobset import JobSetBackend
 
     return JobSetBackend()
 
 
 def _ray() -> Backend:
-    from dlc_airflow.backends.ray import RayBackend
+    from dlc_airflow.k8s.backends.ray import RayBackend
 
     return RayBackend()
 

@@ -12,8 +12,10 @@ import re
 import types
 import typing
 from datetime import timedelta
-from typing import Any
+from decimal import Decimal
 from urllib.parse import urlsplit
+
+from dlc_airflow.jsonvalue import JSONObject
 
 
 def is_templated(value: object) -> bool:
@@ -41,6 +43,15 @@ _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
+def templated_anywhere(value: object) -> bool:
+    """Whether a value (a spec as a dict, a list...) holds a Jinja template anywhere."""
+    if isinstance(value, dict):
+        return any(templated_anywhere(k) or templated_anywhere(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(templated_anywhere(v) for v in value)
+    return is_templated(value)
+
+
 def check_quantity(value: str | int | float | None, what: str) -> str | None:
     if value is None:
         return None
@@ -52,6 +63,24 @@ def check_quantity(value: str | int | float | None, what: str) -> str | None:
             f"{what} {text!r} is not a Kubernetes quantity; write e.g. 4, 500m, 16Gi"
         )
     return text
+
+
+_UNITS: dict[str, Decimal] = {
+    "": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    **{unit: Decimal(2) ** (10 * (i + 1)) for i, unit in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))}}
+
+
+def quantity_value(text: str) -> float:
+    """The number a Kubernetes quantity stands for ('500m' 0.5, '16Gi' 17179869184, '1e3' 1000);
+    ValueError for what is not one."""
+    match = QUANTITY.match(str(text).strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity; write e.g. 4, 500m, 16Gi")
+    digits, suffix = match.group(1), match.group(3) or ""
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        return float(Decimal(digits) * Decimal(10) ** int(suffix[1:]))
+    return float(Decimal(digits) * _UNITS[suffix])
 
 
 def check_label_key(key: str, what: str = "label key") -> None:
@@ -94,7 +123,7 @@ def has_backstep(path: str) -> bool:
     return ".." in path.split("/")
 
 
-def check_toleration(tol: dict[str, Any], where: str) -> None:
+def check_toleration(tol: JSONObject, where: str) -> None:
     """What the API server checks in a toleration, named by our field."""
     unknown = sorted(set(tol) - _TOLERATION_KEYS)
     if unknown:
@@ -118,7 +147,7 @@ def check_toleration(tol: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where}.tolerationSeconds needs effect 'NoExecute'")
 
 
-def parse_duration(value: Any, what: str) -> timedelta | None:
+def parse_duration(value: object, what: str) -> timedelta | None:
     """Seconds (int), a timedelta, or a string such as '90s', '30m', '2h', '1d12h'."""
     if value is None or isinstance(value, timedelta):
         return value
@@ -141,7 +170,7 @@ def parse_duration(value: Any, what: str) -> timedelta | None:
     raise ValueError(f"{what} {value!r} is not a duration; write seconds or e.g. '90s', '30m', '2h'")
 
 
-def positive_seconds(value: Any, what: str) -> float | None:
+def positive_seconds(value: object, what: str) -> float | None:
     """A duration option (queue_timeout, timeout) in seconds; None stays None. Zero and
     negative values are refused: they would fail the job the moment it is submitted."""
     duration = parse_duration(value, what)
@@ -158,7 +187,7 @@ def positive_seconds(value: Any, what: str) -> float | None:
 # pydantic's lax mode reads True as 1, 2.0 as 2, "no" and 1 as booleans; a spec field that is
 # a count or a switch takes exactly that, so `worker: true` or `read_only: "no"` is refused.
 
-def scalar_kind(annotation: Any) -> str | None:
+def scalar_kind(annotation: object) -> str | None:
     """'int', 'bool' or 'ints' (a list of int) for a field annotated so (optional or not)."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -172,7 +201,7 @@ def scalar_kind(annotation: Any) -> str | None:
     return None
 
 
-def check_whole_number(value: Any, what: str) -> Any:
+def check_whole_number(value: object, what: str) -> object:
     """A whole number as given (digits in a string and 2.0 are read as such); bools,
     fractions and other text are refused. Other types are left to the model's own check."""
     if isinstance(value, bool):
@@ -189,13 +218,13 @@ def check_whole_number(value: Any, what: str) -> Any:
     return value
 
 
-def check_boolean(value: Any, what: str) -> Any:
+def check_boolean(value: object, what: str) -> object:
     if value is not None and not isinstance(value, bool):
         raise ValueError(f"{what} must be true or false, not {value!r}")
     return value
 
 
-def check_scalar(value: Any, kind: str | None, what: str) -> Any:
+def check_scalar(value: object, kind: str | None, what: str) -> object:
     if kind == "int":
         return check_whole_number(value, what)
     if kind == "bool":
@@ -333,7 +362,7 @@ def check_git_revision(value: str, what: str = "code.revision") -> str:
     return value
 
 
-def check_dns_label(value: Any, what: str) -> Any:
+def check_dns_label(value: str | None, what: str) -> str | None:
     """A Kubernetes object name of one DNS-1123 label (namespaces, job names)."""
     if value is None or is_templated(value):
         return value

@@ -13,16 +13,17 @@ k8s/rbac/role.yaml); without them the status says only "suspended".
 from __future__ import annotations
 
 from dlc_airflow import reasons
-from dlc_airflow.backends.base import KUEUE_QUEUE_LABEL, ON_PREEMPTION_LABEL
+from dlc_airflow.k8s.api import Manifest
+from dlc_airflow.k8s.backends.base import KUEUE_QUEUE_LABEL, ON_PREEMPTION_LABEL
 from dlc_airflow.status import JobState, JobStatus
 
 
-def queued(objects: list[dict]) -> bool:
+def queued(objects: list[Manifest]) -> bool:
     """Whether the job's objects name a Kueue queue (then it has Workloads to read)."""
     return any(KUEUE_QUEUE_LABEL in ((o.get("metadata") or {}).get("labels") or {}) for o in objects)
 
 
-def pending_message(workloads: list[dict]) -> str | None:
+def pending_message(workloads: list[Manifest]) -> str | None:
     """Why Kueue holds the job: the QuotaReserved=False message of a Workload not admitted."""
     for workload in workloads:
         conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
@@ -34,7 +35,7 @@ def pending_message(workloads: list[dict]) -> str | None:
     return None
 
 
-def evictions(workloads: list[dict]) -> int:
+def evictions(workloads: list[Manifest]) -> int:
     """How often Kueue preempted (or evicted for failed nodes) the job: the Workloads' counters,
     which survive re-admission."""
     total = 0
@@ -44,7 +45,7 @@ def evictions(workloads: list[dict]) -> int:
     return total
 
 
-def evicted(workloads: list[dict]) -> dict | None:
+def evicted(workloads: list[Manifest]) -> Manifest | None:
     """The Evicted condition of a Workload Kueue took the quota back from (preempted, or its
     nodes failed) and that is not admitted again yet; None otherwise."""
     for workload in workloads:
@@ -59,7 +60,7 @@ def evicted(workloads: list[dict]) -> dict | None:
 _REQUEUED = ("Preempted", "NodeFailures")
 
 
-def with_kueue_verdict(status: JobStatus, workloads: list[dict], objects: list[dict] | None = None) -> JobStatus:
+def with_kueue_verdict(status: JobStatus, workloads: list[Manifest], objects: list[Manifest] | None = None) -> JobStatus:
     """The job's status with what Kueue says about it:
 
     - preempted (the job's pods are being or were removed, the job requeued): RESTARTING,
@@ -88,6 +89,6 @@ def with_kueue_verdict(status: JobStatus, workloads: list[dict], objects: list[d
     return status.model_copy(update={"message": f"Kueue: {pending}"}) if pending else status
 
 
-def fails_on_preemption(objects: list[dict]) -> bool:
+def fails_on_preemption(objects: list[Manifest]) -> bool:
     """The job's fault tolerance says a preemption fails it (restart_on_preemption off)."""
     return any(((o.get("metadata") or {}).get("labels") or {}).get(ON_PREEMPTION_LABEL) == "fail" for o in objects)

@@ -22,13 +22,11 @@ from functools import cached_property
 from typing import Any
 
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
-from dlc_airflow.k8s.client import (
-    KubeClient,
-    KubeConfigError,
-    config_error,
-    kubeconfig_namespace,
-    kubeconfig_paths,
-)
+from dlc_airflow.k8s.api import Manifest
+from dlc_airflow.k8s.client import KubeClient
+from dlc_airflow.k8s.errors import KubeConfigError, config_error
+from dlc_airflow.k8s.kubeconfig import kubeconfig_namespace, kubeconfig_paths
+from dlc_airflow.runner import Connection
 
 #: prefixes of extras saved by Airflow < 2.3 (the provider's own, and ours by our conn type)
 EXTRA_PREFIXES = ("extra__kubernetes__", "extra__dlc_kubernetes__")
@@ -45,11 +43,11 @@ class ConfigSource:
 
     kind: str  # "in_cluster", "kube_config_path", "kube_config", "config_dict" or "default"
     path: str | None = None
-    content: dict | None = None
+    content: Manifest | None = None
     context: str | None = None
 
 
-def extra_field(extras: dict, name: str) -> Any:
+def extra_field(extras: Manifest, name: str) -> Any:
     """A connection extra by its plain name, else its prefixed pre-2.3 name; empty -> None
     (what the provider's connection form stores for an empty field)."""
     if name in extras:
@@ -80,9 +78,9 @@ class KubeConnection:
     asynchronously and passes them in) mean the connection is never fetched again."""
 
     def __init__(self, conn_id: str | None, *, namespace: str | None = None,
-                 allowed_namespaces: list[str] | None = None, extras: dict | None = None,
+                 allowed_namespaces: list[str] | None = None, extras: Manifest | None = None,
                  in_cluster: bool | None = None, cluster_context: str | None = None,
-                 config_file: str | None = None, config_dict: dict | None = None,
+                 config_file: str | None = None, config_dict: Manifest | None = None,
                  disable_verify_ssl: bool | None = None, disable_tcp_keepalive: bool | None = None,
                  client_configuration: Any | None = None):
         from kubernetes import client
@@ -99,7 +97,7 @@ class KubeConnection:
         self._loaded_in_cluster: bool | None = None
 
     @staticmethod
-    def get_connection(conn_id: str) -> Any:
+    def get_connection(conn_id: str) -> Connection:
         """The connection; a missing `kubernetes_default` is an empty one (the cluster's own
         credentials then), as the provider's hook has it."""
         from airflow.sdk import Connection
@@ -119,7 +117,7 @@ class KubeConnection:
 
     # -- the connection's fields -------------------------------------------------------
     @property
-    def conn_extras(self) -> dict:
+    def conn_extras(self) -> Manifest:
         """The connection's extras: those given to the constructor, else read once."""
         if self._extras is None:
             self._extras = dict(self.get_connection(self.conn_id).extra_dejson) if self.conn_id else {}
@@ -163,7 +161,7 @@ class KubeConnection:
             return ConfigSource("config_dict", content=self.config_dict, context=context)
         return ConfigSource("default", context=context)
 
-    def _parse_kube_config(self, content: Any) -> dict:
+    def _parse_kube_config(self, content: Any) -> Manifest:
         if isinstance(content, dict):
             return content
         import yaml
@@ -269,7 +267,7 @@ def _keepalive_options() -> list[tuple[int, int, int]]:
     return options
 
 
-def _dict_namespace(content: dict, context: str | None) -> str:
+def _dict_namespace(content: Manifest, context: str | None) -> str:
     name = context or content.get("current-context")
     for entry in content.get("contexts") or []:
         if isinstance(entry, dict) and entry.get("name") == name:

@@ -33,14 +33,18 @@ ExitCode policy a replica that failed is a permanent exit code: PodFailurePolicy
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dlc_airflow import reasons, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow import naming, reasons, wiring
+from dlc_airflow.errors import BackendError
+from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.k8s.api import Manifest, Pod
+from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     deadline_seconds,
@@ -52,11 +56,10 @@ from dlc_airflow.backends.base import (
     queue_labels,
     ttl_seconds,
 )
-from dlc_airflow.backends.batchjob import hostfile_config_map
-from dlc_airflow.backends.podspec import IndexSource, pod_template
-from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.backends.batchjob import hostfile_config_map
+from dlc_airflow.k8s.backends.podspec import IndexSource, pod_role_env, pod_template
 from dlc_airflow.k8s.kinds import MPI_JOB, PYTORCH_JOB, TF_JOB, XGBOOST_JOB
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
 API_VERSION = "kubeflow.org/v1"
@@ -145,7 +148,7 @@ class KubeflowBackend(Backend):
     @staticmethod
     def _needs_hostfile(job: DLCJob) -> bool:
         # MPIJob's operator writes its own hostfile; PyTorchJob-based MPI launchers need ours.
-        return job.type is not JobType.mpi and wiring.hostfile_spec(job) is not None
+        return job.type is not JobType.mpi and hostfile_spec(job) is not None
 
     def _replicas(self, job: DLCJob) -> dict[str, tuple[str, int]]:
         """our role -> (replica type, replicas); promotes worker 0 to Master for xgboost, and for a
@@ -161,7 +164,8 @@ class KubeflowBackend(Backend):
                 out["worker"] = ("Worker", workers - 1)
         return out
 
-    def _render(self, job, name, identity, attempt):
+    def _render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None,
+                attempt: int | None) -> list[Manifest]:
         flavor = FLAVORS[job.type]
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
@@ -174,12 +178,12 @@ class KubeflowBackend(Backend):
         ports = [{"name": flavor.port_name, "containerPort": port}] if flavor.port_name and port else []
         # Where the hostfile is: ours (PyTorchJob launchers over MPI) or the MPIJob operator's,
         # which mounts it at the same path as we do (/etc/mpi/hostfile).
-        hostfile = wiring.hostfile_spec(job)
+        hostfile = hostfile_spec(job)
 
         specs = {}
         for role, (rtype, replicas) in self._replicas(job).items():
             source_role = role if role in job.roles else "worker"  # xgboost's promoted master
-            env = wiring.role_env(job, name, source_role, None, framework=False)
+            env = pod_role_env(job, name, source_role, None, framework=False)
             env["DLC_ROLE"] = role
             env["DLC_ROLE_REPLICAS"] = str(replicas)
             if hostfile is not None:
@@ -203,12 +207,12 @@ class KubeflowBackend(Backend):
             )
             specs[rtype] = {"replicas": replicas, "restartPolicy": restart_policy(job), "template": template}
 
-        run_policy: dict = {"cleanPodPolicy": "Running", "backoffLimit": job.fault_tolerance.max_restarts}
+        run_policy: Manifest = {"cleanPodPolicy": "Running", "backoffLimit": job.fault_tolerance.max_restarts}
         if (deadline := deadline_seconds(job)) is not None:
             run_policy["activeDeadlineSeconds"] = deadline
         if (ttl := ttl_seconds(job)) is not None:
             run_policy["ttlSecondsAfterFinished"] = ttl
-        scheduling: dict = {}
+        scheduling: Manifest = {}
         if job.scheduling.queue:
             scheduling["queue"] = job.scheduling.queue
             run_policy["suspend"] = True
@@ -217,7 +221,7 @@ class KubeflowBackend(Backend):
         if scheduling:
             run_policy["schedulingPolicy"] = scheduling
 
-        spec: dict = {"runPolicy": run_policy}
+        spec: Manifest = {"runPolicy": run_policy}
         if flavor is TORCH:
             spec["nprocPerNode"] = str(job.nproc_per_node)
             if job.elastic:
@@ -232,13 +236,16 @@ class KubeflowBackend(Backend):
             spec["mainContainer"] = flavor.container
         spec[flavor.specs_field] = specs
 
-        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        metadata: Manifest = {"name": name, "labels": {**labels, **queue_labels(job)}}
         if annotations:
             metadata["annotations"] = annotations
         obj = {"apiVersion": API_VERSION, "kind": flavor.kind.kind, "metadata": metadata, "spec": spec}
         return [obj, *config_maps]
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def stop_patch(self) -> Manifest:
+        return {"spec": {"runPolicy": {"suspend": True}}}
+
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         status = kubeflow_status(objects[0])
@@ -248,7 +255,7 @@ class KubeflowBackend(Backend):
         return apply_pods(status, pods)
 
 
-def container_restarts(pods: list[dict]) -> int:
+def container_restarts(pods: Sequence[Pod]) -> int:
     return sum(int(c.get("restartCount") or 0) for pod in pods
                for c in (pod.get("status") or {}).get("containerStatuses") or [])
 
@@ -258,7 +265,7 @@ _ROLE_OF_TYPE = {"Master": "master", "Worker": "worker", "Chief": "chief", "PS":
                  "Evaluator": "evaluator", "Launcher": "launcher"}
 
 
-def kubeflow_status(obj: dict) -> JobStatus:
+def kubeflow_status(obj: Manifest) -> JobStatus:
     """PyTorchJob/TFJob/MPIJob/XGBoostJob status: conditions + replicaStatuses."""
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     flavor = KINDS_BY_NAME.get(obj.get("kind", ""))
@@ -283,13 +290,13 @@ def kubeflow_status(obj: dict) -> JobStatus:
         failed_pods += c.failed
 
     meta = obj.get("metadata") or {}
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "roles": roles,
         "created": earliest([meta.get("creationTimestamp")]),
         "started": earliest([st.get("startTime")]),
     }
 
-    def result(state: JobState, ctype: str, cond: dict, **extra) -> JobStatus:
+    def result(state: JobState, ctype: str, cond: Manifest, **extra: Any) -> JobStatus:
         return JobStatus(
             state=state, reason=cond.get("reason") or ctype, message=cond.get("message") or "", **base, **extra
         )
@@ -315,7 +322,7 @@ def kubeflow_status(obj: dict) -> JobStatus:
     return result(JobState.PENDING, reasons.CREATED, cond)
 
 
-def failure_reason(cond: dict, replica_specs: dict) -> str:
+def failure_reason(cond: Manifest, replica_specs: Manifest) -> str:
     """Ours for the operator's Failed condition, whose reason is `<Kind>Failed` whatever the cause:
     its message tells (the operator's wording, kept in JobStatus.message)."""
     message = cond.get("message") or ""

@@ -25,13 +25,16 @@ status); the controller's message is kept.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from dlc_airflow import naming, reasons, wiring
-from dlc_airflow.backends.base import (
+from dlc_airflow.errors import BackendError
+from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.k8s.api import Manifest, Pod
+from dlc_airflow.k8s.backends.base import (
     CONFIG_MAP,
     Backend,
-    BackendError,
     ResourceKind,
     apply_pods,
     condition_time,
@@ -45,7 +48,7 @@ from dlc_airflow.backends.base import (
     queue_labels,
     ttl_seconds,
 )
-from dlc_airflow.backends.batchjob import (
+from dlc_airflow.k8s.backends.batchjob import (
     JOB_TYPES,
     MAIN_CONTAINER,
     NO_RAY,
@@ -54,10 +57,9 @@ from dlc_airflow.backends.batchjob import (
     job_addressing,
     role_job_spec,
 )
-from dlc_airflow.backends.podspec import JOB_INDEX, pod_template
-from dlc_airflow.jobtypes import JobType, ordered_roles
+from dlc_airflow.k8s.backends.podspec import JOB_INDEX, pod_role_env, pod_template
 from dlc_airflow.k8s.kinds import JOBSET
-from dlc_airflow.spec import DLCJob
+from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
 # JobSet's webhook checks `<name>-<role>-<jobindex>-<podindex>-abcde` (a 5-character pod name
@@ -88,9 +90,10 @@ class JobSetBackend(Backend):
         return JOBSET
 
     def kinds(self, job: DLCJob) -> list[ResourceKind]:
-        return [JOBSET, CONFIG_MAP] if wiring.hostfile_spec(job) else [JOBSET]
+        return [JOBSET, CONFIG_MAP] if hostfile_spec(job) else [JOBSET]
 
-    def _render(self, job, name, identity, attempt):
+    def _render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None,
+                attempt: int | None) -> list[Manifest]:
         for role, role_spec in job.roles.items():
             pod = f"{name}-{role}-0-{role_spec.replicas - 1}"
             if len(pod) + _POD_SUFFIX > naming.MAX_NAME:
@@ -111,7 +114,7 @@ class JobSetBackend(Backend):
             template = pod_template(
                 job,
                 role,
-                wiring.role_env(job, name, role, addr),
+                pod_role_env(job, name, role, addr),
                 labels=role_labels,
                 annotations=annotations,
                 container_name=MAIN_CONTAINER,
@@ -119,7 +122,7 @@ class JobSetBackend(Backend):
                 subdomain=None,  # JobSet sets the pods' subdomain to network.subdomain
                 extra=extra,
             )
-            job_meta: dict = {"labels": role_labels}
+            job_meta: Manifest = {"labels": role_labels}
             if annotations:
                 job_meta["annotations"] = annotations
             replicated.append(
@@ -135,7 +138,7 @@ class JobSetBackend(Backend):
                 }
             )
 
-        spec: dict = {
+        spec: Manifest = {
             "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
             "replicatedJobs": replicated,
             "successPolicy": {"operator": "All"},
@@ -160,19 +163,19 @@ class JobSetBackend(Backend):
             spec["ttlSecondsAfterFinished"] = ttl
         if job.scheduling.queue:
             spec["suspend"] = True
-        metadata: dict = {"name": name, "labels": {**labels, **queue_labels(job)}}
+        metadata: Manifest = {"name": name, "labels": {**labels, **queue_labels(job)}}
         if annotations:
             metadata["annotations"] = annotations
         jobset = {"apiVersion": JOBSET.api_version, "kind": "JobSet", "metadata": metadata, "spec": spec}
         return [jobset, *config_maps]
 
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:
             return not_found()
         return apply_pods(jobset_status(objects[0], pods), pods)
 
 
-def jobset_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
+def jobset_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStatus:
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     restarts = int(st.get("restarts") or 0)
 
@@ -198,7 +201,7 @@ def jobset_status(obj: dict, pods: list[dict] | None = None) -> JobStatus:
         roles[role] = counts.model_copy(update={"replicas": roles.get(role, RoleCounts()).replicas})
 
     meta = obj.get("metadata") or {}
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "roles": roles,
         "restarts": restarts,
         "created": earliest([meta.get("creationTimestamp")]),

@@ -18,17 +18,19 @@ Nothing here talks to a cluster.
 from __future__ import annotations
 
 import json
-import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import ClassVar
 
 from dlc_airflow import naming, reasons
+from dlc_airflow.errors import BackendError, unsupported_type
 from dlc_airflow.jobtypes import JobType
+from dlc_airflow.k8s.api import Condition, ContainerStateTerminated, ContainerStatus, Manifest, Pod
 
 # One ResourceKind for the whole package: the client builds REST paths from it.
 from dlc_airflow.k8s.kinds import CONFIG_MAP, JOB, SERVICE, ResourceKind
+from dlc_airflow.naming import check_name
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition, parse_time
 
@@ -40,10 +42,8 @@ __all__ = [
     "ON_PREEMPTION_LABEL",
     "SERVICE",
     "Backend",
-    "BackendError",
     "ResourceKind",
     "apply_pods",
-    "check_name",
     "earliest",
     "latest",
     "object_annotations",
@@ -60,43 +60,8 @@ KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # On a queued job whose fault tolerance says a preemption fails it (restart_on_preemption
 # off): Kueue would requeue it, so the waiting side fails it instead (backends/kueue.py).
 ON_PREEMPTION_LABEL = naming.PREFIX + "on-preemption"
-
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
-
-class BackendError(ValueError):
-    """A job this backend cannot run (or an unknown backend); the message says what to use."""
-
-
-def suggest(job_type: str, current: str) -> str:
-    """'use backend=...' naming the other backends that run `job_type` (their `job_types`)."""
-    # The registry (dlc_airflow.registry) imports this module: import it when called.
-    from dlc_airflow.registry import backends_running
-
-    names = [b for b in backends_running(job_type) if b != current]
-    if not names:
-        return "no backend runs it"
-    quoted = [f"'{b}'" + (" (default)" if b == "native" else "") + (" (KubeRay)" if b == "ray" else "") for b in names]
-    listed = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
-    return f"use backend={listed}"
-
-
-def unsupported_type(job_type: str, backend: str, why: str) -> BackendError:
-    return BackendError(f"job type {job_type!r} cannot run on the {backend} backend ({why}): {suggest(job_type, backend)}")
-
-
-def check_name(name: str, backend: str) -> None:
-    """The derived job name must be a DNS-1035 label short enough for every child name."""
-    if not isinstance(name, str) or not _DNS_1035.match(name):
-        raise BackendError(
-            f"{backend} backend: job name {name!r} must be a DNS-1035 label (lowercase letters, "
-            "digits and '-', starting with a letter); derive it with naming.job_name"
-        )
-    if len(name) > naming.MAX_BASE_NAME:
-        raise BackendError(
-            f"{backend} backend: job name {name!r} is {len(name)} characters; at most "
-            f"{naming.MAX_BASE_NAME} leave room for child names such as <name>-worker-0"
-        )
+# On the objects of a job the runner stopped (KubeRunner.stop): the status mapping says STOPPED.
+STOPPED_ANNOTATION = naming.PREFIX + "stopped"
 
 
 def object_labels(
@@ -172,13 +137,14 @@ class Backend(ABC):
         name: str,
         identity: naming.TaskIdentity | None = None,
         attempt: int | None = None,
-    ) -> list[dict]:
+    ) -> list[Manifest]:
         """The job's objects in creation order; the first one is the primary.
 
         A job with secret env values (Airflow sources, secret-looking literals) also gets its
         own Secret, second: right after the primary that owns it, before the other objects
         whose pods read it. Its values are placeholders here (dlc_airflow.secrets)."""
-        from dlc_airflow.secrets import SecretSourceError, job_secret
+        from dlc_airflow.errors import SecretSourceError
+        from dlc_airflow.k8s.backends.jobsecret import job_secret
 
         check_name(name, self.name)
         self.check(job)
@@ -191,12 +157,17 @@ class Backend(ABC):
             objects.insert(1, secret)
         # A JSON round trip: plain JSON types only, and no dict shared between two places
         # (a client mutating one object must not change another).
-        return json.loads(json.dumps(objects))
+        copied: list[Manifest] = json.loads(json.dumps(objects))
+        return copied
+
+    def preview(self, job: DLCJob, name: str) -> list[Manifest]:
+        """What `dlc-airflow render` prints: the objects, secret values as placeholders."""
+        return self.render(job, name)
 
     @abstractmethod
     def _render(
         self, job: DLCJob, name: str, identity: naming.TaskIdentity | None, attempt: int | None
-    ) -> list[dict]: ...
+    ) -> list[Manifest]: ...
 
     @abstractmethod
     def kind(self, job: DLCJob) -> ResourceKind:
@@ -210,17 +181,29 @@ class Backend(ABC):
         """Every kind `kind()` may answer (finding a job by name alone looks in each)."""
         return tuple(dict.fromkeys(self.kind(_probe(t)) for t in sorted(self.job_types, key=str)))
 
-    @abstractmethod
-    def status(self, objects: list[dict], pods: list[dict] | None = None) -> JobStatus:
-        """The JobStatus of the job from its current objects (and pods, if given)."""
+    def status(self, objects: list[Manifest], pods: Sequence[Pod] | None = None) -> JobStatus:
+        """The JobStatus of the job from its current objects (and pods, if given). A job
+        dlc-airflow stopped (STOPPED_ANNOTATION) is STOPPED, unless it had succeeded or failed
+        on its own first."""
+        return stopped_by_us(objects, self._status(objects, pods))
 
-    def leftovers(self, objects: list[dict]) -> list[str]:
+    @abstractmethod
+    def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
+        """What the backend's objects (and pods) say of the job."""
+
+    def stop_patch(self) -> Manifest:
+        """The merge patch that stops the job's objects of the watched kind and keeps them: a
+        suspended job's controller removes its pods (native Jobs: `NativeBackend.stop_patch`).
+        The runner adds STOPPED_ANNOTATION, which the status mapping reads."""
+        return {"spec": {"suspend": True}}
+
+    def leftovers(self, objects: list[Manifest]) -> list[str]:
         """Names of objects still running once the job as a whole has finished (they would
-        run on, holding nodes): the runner stops them with `stop_patch`. CRD backends'
+        run on, holding nodes): the runner stops them with `settle_patch`. CRD backends'
         controllers do this themselves."""
         return []
 
-    def stop_patch(self) -> dict:
+    def settle_patch(self) -> Manifest:
         """The merge patch that stops a leftover and keeps it for inspection."""
         raise NotImplementedError(f"the {self.name} backend has no leftovers to stop")
 
@@ -229,6 +212,26 @@ class Backend(ABC):
 
 
 # -- status helpers shared by every backend ---------------------------------------------------
+
+
+def stop_annotations() -> Manifest:
+    """What the runner's stop adds to each object it stops (with the backend's stop_patch)."""
+    return {"metadata": {"annotations": {STOPPED_ANNOTATION: "true"}}}
+
+
+def stopped_by_us(objects: list[Manifest], status: JobStatus) -> JobStatus:
+    """STOPPED when dlc-airflow stopped the job (STOPPED_ANNOTATION on one of its objects) and
+    it had not succeeded, nor failed before the stop (a failure the stop caused - a native Job's
+    deadline - is the stop's)."""
+    if not any(STOPPED_ANNOTATION in ((o.get("metadata") or {}).get("annotations") or {}) for o in objects):
+        return status
+    if status.state is JobState.SUCCEEDED or status.state is JobState.STOPPED:
+        return status
+    if status.state is JobState.FAILED and status.reason != reasons.DEADLINE_EXCEEDED:
+        return status
+    active = {role: counts.model_copy(update={"active": 0}) for role, counts in status.roles.items()}
+    return status.model_copy(update={"state": JobState.STOPPED, "reason": reasons.STOPPED, "roles": active,
+                                     "message": "stopped by dlc-airflow (the job's objects are kept)"})
 
 
 def not_found() -> JobStatus:
@@ -245,19 +248,19 @@ def latest(values: Iterable[object]) -> datetime | None:
     return max(times) if times else None
 
 
-def condition_time(obj: dict, ctype: str) -> object:
+def condition_time(obj: Manifest, ctype: str) -> object:
     cond = condition(obj, ctype)
     return (cond or {}).get("lastTransitionTime")
 
 
-def _pod_condition(pod: dict, ctype: str) -> dict | None:
+def _pod_condition(pod: Pod, ctype: str) -> Condition | None:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == ctype:
             return cond
     return None
 
 
-def unschedulable(pods: list[dict] | None) -> tuple[str, str] | None:
+def unschedulable(pods: Sequence[Pod] | None) -> tuple[str, str] | None:
     """(pod name, scheduler message) of the first pending pod the scheduler cannot place."""
     for pod in sorted(pods or [], key=lambda p: (p.get("metadata") or {}).get("name", "")):
         status = pod.get("status") or {}
@@ -269,13 +272,13 @@ def unschedulable(pods: list[dict] | None) -> tuple[str, str] | None:
     return None
 
 
-def _terminated(status: dict) -> dict | None:
+def _terminated(status: ContainerStatus) -> ContainerStateTerminated | None:
     state = status.get("state") or {}
     last = status.get("lastState") or {}
     return state.get("terminated") or last.get("terminated")
 
 
-def pod_failure(pods: list[dict] | None) -> str:
+def pod_failure(pods: Sequence[Pod] | None) -> str:
     """What failed, from the pods: 'pod P container C exited with code N (OOMKilled)'.
 
     Looks at failed pods first (newest last, so the latest failure wins), then at containers
@@ -285,8 +288,9 @@ def pod_failure(pods: list[dict] | None) -> str:
     for pod in pods or []:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         failed_pod = status.get("phase") == "Failed"
-        for kind, key in (("init container", "initContainerStatuses"), ("container", "containerStatuses")):
-            for cs in status.get(key) or []:
+        for kind, statuses in (("init container", status.get("initContainerStatuses")),
+                               ("container", status.get("containerStatuses"))):
+            for cs in statuses or []:
                 term = _terminated(cs)
                 if term and term.get("exitCode", 0) != 0:
                     text = f"pod {meta.get('name', '?')} {kind} {cs.get('name', '?')} exited with code {term.get('exitCode')}"
@@ -311,22 +315,23 @@ def pod_failure(pods: list[dict] | None) -> str:
 OOM_KILLED = "OOMKilled"
 
 
-def out_of_memory(pod: dict, container: str) -> str:
+def out_of_memory(pod: Pod, container: str) -> str:
     """What an OOM kill means, in the words of the spec: the limit, and what to raise."""
-    containers = ((pod.get("spec") or {}).get("containers") or []) + ((pod.get("spec") or {}).get("initContainers") or [])
-    limit = next((((c.get("resources") or {}).get("limits") or {}).get("memory") for c in containers
+    spec = pod.get("spec") or {}
+    containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
+    limit = next(((c.get("resources") or {}).get("limits", {}).get("memory") for c in containers
                   if c.get("name") == container), None)
     used = f"its memory limit ({limit})" if limit else "the memory it may use"
     return f"it ran out of memory: the kernel killed it for using more than {used}; raise resources.memory"
 
 
-def ran(pod: dict) -> bool:
+def ran(pod: Pod) -> bool:
     """The pod's containers started (it runs, or ran to success): its job is past PENDING,
     whatever its controller's counts say in the moment before they catch up."""
     return (pod.get("status") or {}).get("phase") in ("Running", "Succeeded")
 
 
-def pod_role_counts(pods: list[dict] | None) -> dict[str, RoleCounts]:
+def pod_role_counts(pods: Sequence[Pod] | None) -> dict[str, RoleCounts]:
     """Per-role pod counts (by the dlc-airflow/role label): active, succeeded, failed."""
     counts: dict[str, RoleCounts] = {}
     for pod in pods or []:
@@ -352,15 +357,15 @@ CANNOT_START_WAITING = frozenset({
 })
 
 
-def cannot_start(pods: list[dict] | None) -> str:
+def cannot_start(pods: Sequence[Pod] | None) -> str:
     """'pod P container C: ImagePullBackOff: <the kubelet's message>' of the first pod whose
     containers cannot start; '' if none."""
     for pod in sorted(pods or [], key=lambda p: (p.get("metadata") or {}).get("name", "")):
         status = pod.get("status") or {}
         if status.get("phase", "Pending") != "Pending":
             continue
-        for key in ("initContainerStatuses", "containerStatuses"):
-            for cs in status.get(key) or []:
+        for statuses in (status.get("initContainerStatuses"), status.get("containerStatuses")):
+            for cs in statuses or []:
                 waiting = (cs.get("state") or {}).get("waiting") or {}
                 if waiting.get("reason") in CANNOT_START_WAITING:
                     text = f"pod {(pod.get('metadata') or {}).get('name', '?')} container {cs.get('name', '?')}: {waiting['reason']}"
@@ -368,24 +373,7 @@ def cannot_start(pods: list[dict] | None) -> str:
     return ""
 
 
-# Event reasons of a controller that could not create a pod: the Job controller's (native,
-# and the Jobs JobSet and Trainer make), the Training Operator's, KubeRay's.
-FAILED_CREATE_REASONS = frozenset({"FailedCreate", "FailedCreatePod", "FailedToCreateHeadPod",
-                                   "FailedToCreateWorkerPod"})
-
-
-def failed_create(events: list[dict]) -> str:
-    """The newest event saying a controller could not create a pod (a missing ServiceAccount,
-    Pod Security, a quota) among `events`, as '<kind> <name>: <message>'."""
-    found = [e for e in events if e.get("reason") in FAILED_CREATE_REASONS]
-    if not found:
-        return ""
-    newest = max(found, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-    obj = newest.get("involvedObject") or {}
-    return f"{obj.get('kind', '?')} {obj.get('name', '?')}: {(newest.get('message') or '').strip()}"
-
-
-def apply_pods(status: JobStatus, pods: list[dict] | None) -> JobStatus:
+def apply_pods(status: JobStatus, pods: Sequence[Pod] | None) -> JobStatus:
     """Refine a status with what the pods say.
 
     - a live job with a pod the scheduler cannot place is QUEUED, reason Unschedulable, with
