@@ -4,8 +4,8 @@
 #               runtime helpers (rank/shard env, atomic checkpoints, metrics, `dlc-airflow
 #               sanity-check`)
 #   frameworks  the runtime plus the other frameworks dlc-airflow wires: TensorFlow (CPU),
-#               XGBoost, DeepSpeed, Ray, and Open MPI with mpi4py and an SSH server (an MPI
-#               launcher starts its ranks over SSH)
+#               XGBoost, DeepSpeed, Ray (with wget for KubeRay's probes), and Open MPI with
+#               mpi4py and an SSH server (an MPI launcher starts its ranks over SSH)
 #
 # The local cluster builds both with buildah on a Debian 12 base made from Debian's packages
 # (scripts/k8s-images). Elsewhere, any Debian-based image with python3 and its venv module works:
@@ -74,6 +74,12 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 ENV DS_ACCELERATOR=cpu
 RUN DS_BUILD_SHM_COMM=1 pip install --no-cache-dir --no-build-isolation "deepspeed==${DEEPSPEED_VERSION}" \
     && python3 -c 'import deepspeed.git_version_info as v; assert v.installed_ops["deepspeed_shm_comm"], v.installed_ops'
+
+# wget: KubeRay's readiness and liveness probes of Ray heads and workers run
+# `wget ... http://localhost:<port>/api/..._healthz | grep success` in the container.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends wget=1.21.* \
+    && rm -rf /var/lib/apt/lists/*
 
 
 # The package itself, last: a code change rebuilds this one small layer of each target.

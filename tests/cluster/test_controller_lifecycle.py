@@ -131,6 +131,10 @@ def test_a_preempted_pod_is_replaced_and_the_job_succeeds(lifecycle, backend):
         return victim["uid"] not in uids and len(uids) == replicas
     wait_for(replaced,
              timeout=90, what=f"the preempted {role} pod replaced")
+    if backend == "ray":  # the job's end is a real head's word: tests/node runs Ray to its end
+        assert runner.status(ref).state is JobState.RUNNING, runner.status(ref).summary()
+        runner.delete(ref)
+        return
     done = wait_state(runner, ref, {JobState.SUCCEEDED, JobState.FAILED}, timeout=150)
     assert done.state is JobState.SUCCEEDED, done.summary()
     runner.delete(ref)

@@ -195,3 +195,64 @@ def test_deepspeed_zero_stage_1_over_gloo(kube, admin, k8s_conn, dag_files, fram
     metrics = xcom(ti)["metrics"]
     assert metrics["zero_stage"] == 1 and metrics["world_size"] == 2
     assert "rank 0/2: zero stage 1" in text and "rank 1/2: zero stage 1" in text
+
+
+# The entrypoint is a Ray driver on the head (KubeRay's submitter pod ran `ray job submit`):
+# it waits for the worker to join, runs tasks pinned to each node, and prints where they ran.
+RAY = '''
+import json, socket, time
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+ray.init()
+deadline = time.time() + 180
+while len([n for n in ray.nodes() if n["Alive"]]) < 2:
+    assert time.time() < deadline, ray.nodes()
+    time.sleep(1)
+
+@ray.remote(num_cpus=1)
+def square(x):
+    return socket.gethostname(), x * x
+
+nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+calls = [square.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(i)
+         for i, node in enumerate(nodes * 3)]
+results = ray.get(calls)
+print("ray result " + json.dumps({"driver": socket.gethostname(), "nodes": len(nodes),
+                                  "hosts": sorted({host for host, _ in results}),
+                                  "sum": sum(value for _, value in results)}), flush=True)
+'''
+
+
+def test_ray_tasks_run_on_the_head_and_the_worker_under_kuberay(kube, admin, controllers, k8s_conn, dag_files,
+                                                                frameworks, capfd):
+    """A real Ray head and worker under KubeRay; KubeRay reads the job's state from the real
+    head's dashboard (through the API server's service proxy)."""
+    script = create_script(admin, kube.namespace, RAY)
+    job = framework_job(script, type="ray", roles={"head": 1, "worker": 1},
+                        resources={"cpu": "400m", "memory": "2Gi"})  # Ray counts it 1 CPU
+    ti = run(dag_files, k8s_conn, job, "ray")
+    text = "".join(capfd.readouterr())
+    assert ti.state == "success", task_log(text)
+    line = next(line for line in text.splitlines() if "ray result " in line)
+    result, _ = json.JSONDecoder().raw_decode(line.split("ray result ", 1)[1])  # the log line goes on after it
+    # 6 tasks: squares of 0..5, two nodes, three tasks pinned to each
+    assert result["nodes"] == 2 and result["sum"] == 55, result
+    # the driver ran on the head pod, the tasks on the head and on the worker pod (hostnames are
+    # pod names: KubeRay names them <cluster>-head-<x> and <cluster>-<group>-worker-<x>)
+    (worker,) = set(result["hosts"]) - {result["driver"]}
+    assert "-head-" in result["driver"] and "-worker-" in worker, result
+
+
+def test_a_failing_ray_entrypoint_is_retried_on_a_new_cluster_then_fails(kube, admin, controllers, k8s_conn,
+                                                                        dag_files, frameworks, capfd):
+    """Ray has no exit-code policy: KubeRay runs the entrypoint again on a new cluster up to
+    backoffLimit (max_restarts), then the task fails with Ray's own words for the exit."""
+    script = create_script(admin, kube.namespace, 'import sys\nprint("entrypoint failing", flush=True)\nsys.exit(3)\n')
+    job = framework_job(script, type="ray", roles={"head": 1}, resources={"cpu": "400m", "memory": "2Gi"},
+                        fault_tolerance={"max_restarts": 1})
+    ti = run(dag_files, k8s_conn, job, "ray")
+    text = "".join(capfd.readouterr())
+    assert ti.state == "failed", task_log(text)
+    assert text.count("entrypoint failing") >= 2, task_log(text)  # ran twice, on two clusters
+    assert "exit code 3" in text and "RestartLimitExceeded" in text, task_log(text)

@@ -1,6 +1,5 @@
 """The local control plane's helper scripts, their pure parts: scripts/k8s-webhooks.py (upstream
-webhook configurations pointed at 127.0.0.1) and scripts/ray-dashboard-standin.py (the Ray head's
-job API as KubeRay reads it). tests/cluster/test_controllers.py runs them for real."""
+webhook configurations pointed at 127.0.0.1). tests/cluster/test_controllers.py runs it for real."""
 
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ def load(name: str):
 
 
 webhooks = load("k8s-webhooks")
-standin = load("ray-dashboard-standin")
 
 
 def hook(path: str) -> dict:
@@ -62,27 +60,3 @@ def test_kubectls_json_output_is_read_whole(text):
     assert [o["kind"] for o in webhooks.json_stream(text)] == ["ValidatingWebhookConfiguration",
                                                                 "MutatingWebhookConfiguration"]
 
-
-def pod(phase: str, created: str, exit_code: int | None = None) -> dict:
-    status: dict = {"phase": phase, "startTime": "2026-12-03T10:00:00Z"}
-    if exit_code is not None:
-        status["containerStatuses"] = [{"state": {"terminated": {"exitCode": exit_code,
-                                                                 "finishedAt": "2026-12-03T10:00:05Z"}}}]
-    return {"metadata": {"creationTimestamp": created}, "spec": {"containers": [{"command": ["ray", "job"]}]},
-            "status": status}
-
-
-def test_the_ray_job_is_what_its_submitter_pod_did():
-    assert standin.job_info(pod("Pending", "1"), "id") is None  # not submitted yet: 404
-    assert standin.job_info(pod("Running", "1"), "id")["status"] == "RUNNING"
-    done = standin.job_info(pod("Succeeded", "1", 0), "id")
-    assert done["status"] == "SUCCEEDED" and done["end_time"] > done["start_time"] > 0
-    failed = standin.job_info(pod("Failed", "1", 3), "id")
-    assert failed["status"] == "FAILED" and failed["message"] == "Job entrypoint command failed with exit code 3"
-
-
-def test_a_ray_job_runs_once_whatever_the_submitter_retries():
-    first_failed, retry_running = pod("Failed", "2026-12-03T10:00:00Z", 3), pod("Running", "2026-12-03T10:00:09Z")
-    assert standin.deciding_pod([retry_running, first_failed]) is first_failed
-    assert standin.deciding_pod([retry_running]) is retry_running
-    assert standin.deciding_pod([]) is None
