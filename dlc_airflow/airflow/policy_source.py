@@ -1,35 +1,74 @@
-"""Where the admin's policy (dlc_airflow.policy) comes from: the connection's extra
-`dlc_policy`, else the Airflow config `[dlc_airflow] policy` (JSON), else the safe defaults.
-Both are the admin's: a DAG author cannot change either."""
+"""Where the admin's policy (dlc_airflow.policy) comes from, in layers: the backend's
+defaults, then the Airflow config `[dlc_airflow] policy` (JSON: the floor), then the
+connection's extra `dlc_policy`, which may only narrow the floor unless the config says
+`"allow_connection_override": true`. All of them are the admin's: a DAG cannot choose a
+laxer policy by choosing a connection. The source string names every layer that applied."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from dlc_airflow.policy import DEFAULT, Policy, PolicyError, parse_policy
+from dlc_airflow.policy import DELEGATION, Policy, PolicyError, defaults, layered, parse_policy, widening
 
 CONFIG_SECTION, CONFIG_KEY = "dlc_airflow", "policy"
+CONFIG_SOURCE = f"the Airflow config [{CONFIG_SECTION}] {CONFIG_KEY}"
 EXTRA_KEY = "dlc_policy"
 
 
-def load_policy(conn_id: str | None, connection: Any | None = None) -> tuple[Policy, str]:
-    """(policy, where it comes from); `connection` when the caller has read it already."""
+def policy_for(backend: str, conn_id: str | None, connection: Any | None = None) -> tuple[Policy, str]:
+    """The policy a job on `backend` through `conn_id` runs under, and where it comes from
+    (the registry says whether the backend has a connection and isolates its jobs)."""
+    from dlc_airflow.registry import entry
+
+    found = entry(backend)
+    return load_policy(conn_id if found.connection else None, connection, isolated=found.isolated)
+
+
+def load_policy(conn_id: str | None, connection: Any | None = None, *, isolated: bool = True,
+                config: Any | None = None) -> tuple[Policy, str]:
+    """(policy, where it comes from); `connection` when the caller has read it already,
+    `config` the config's raw policy when the caller has it (else Airflow's config is read)."""
+    floor, source = floor_policy(isolated, config)
     if connection is None and conn_id:
         connection = _connection(conn_id)
-    if connection is not None:
-        raw = (connection.extra_dejson or {}).get(EXTRA_KEY)
-        if raw is not None:
-            source = f"connection {conn_id!r} extra {EXTRA_KEY}"
-            return parse_policy(_json(raw, source), source), source
-    from airflow.configuration import conf
+    raw = (connection.extra_dejson or {}).get(EXTRA_KEY) if connection is not None else None
+    if raw is None:
+        return floor, source
+    where = f"connection {conn_id!r} extra {EXTRA_KEY}"
+    narrowing = parse_policy(_json(raw, where), where)
+    if DELEGATION in narrowing.model_fields_set:
+        raise PolicyError(f"invalid dlc policy in {where}: {DELEGATION}: only {CONFIG_SOURCE} can delegate; "
+                          f"remove it from the connection")
+    policy = layered(floor, narrowing)
+    if floor.allow_connection_override:
+        return policy, f"{where} (delegated by {source})"
+    wider = widening(floor, policy)
+    if wider:
+        raise PolicyError(f"refused by policy: {where} widens {source}: {wider}; a connection may only narrow "
+                          f"it: ask your Airflow admin to allow it in [{CONFIG_SECTION}] {CONFIG_KEY}, or to "
+                          f"set {DELEGATION}: true there")
+    return policy, f"{source}, narrowed by {where}"
 
-    raw = conf.get(CONFIG_SECTION, CONFIG_KEY, fallback=None)
-    if raw:
-        source = f"the Airflow config [{CONFIG_SECTION}] {CONFIG_KEY}"
-        return parse_policy(_json(raw, source), source), source
-    where = f"connection {conn_id!r} extra {EXTRA_KEY}" if conn_id else f"[{CONFIG_SECTION}] {CONFIG_KEY}"
-    return DEFAULT, f"the default policy (set {where} to change it)"
+
+def floor_policy(isolated: bool = True, config: Any | None = None) -> tuple[Policy, str]:
+    """The backend's defaults with the Airflow config's policy over them, and its source."""
+    raw = _config() if config is None else config
+    base = defaults(isolated)
+    name = "the default policy" if isolated else "the local backend's default policy"
+    if not raw:
+        return base, f"{name} (set [{CONFIG_SECTION}] {CONFIG_KEY} to change it)"
+    admin = parse_policy(_json(raw, CONFIG_SOURCE), CONFIG_SOURCE)
+    source = CONFIG_SOURCE if isolated else f"{CONFIG_SOURCE} (over the local backend's defaults)"
+    return layered(base, admin).model_copy(update={DELEGATION: admin.allow_connection_override}), source
+
+
+def _config() -> Any:
+    try:
+        from airflow.configuration import conf
+    except ImportError:  # the CLI without Airflow: the defaults (or --policy FILE)
+        return None
+    return conf.get(CONFIG_SECTION, CONFIG_KEY, fallback=None)
 
 
 def _json(raw: Any, source: str) -> Any:
