@@ -150,7 +150,7 @@ def enforce(policy: Policy, job: DLCJob, source: str) -> None:
     the message tells the user whom to ask and which key to change.
     """
     def refuse(field: str, what: str, key: str) -> PolicyError:
-        return PolicyError(f"refused by policy: {field}: {what} is not allowed ({key}; policy from {source}); "
+        return PolicyError(f"refused by policy: {field}: {what} is not allowed ({key} in {source}); "
                            "ask your Airflow admin to allow it, or change the job")
 
     for i, mount in enumerate(job.storage):

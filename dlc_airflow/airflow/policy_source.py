@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dlc_airflow.policy import DELEGATION, Policy, PolicyError, defaults, layered, parse_policy, widening
+from dlc_airflow.policy import DELEGATION, Policy, PolicyError, defaults, enforce, layered, parse_policy, widening
+from dlc_airflow.spec import DLCJob
 
 CONFIG_SECTION, CONFIG_KEY = "dlc_airflow", "policy"
 CONFIG_SOURCE = f"the Airflow config [{CONFIG_SECTION}] {CONFIG_KEY}"
@@ -25,11 +26,23 @@ def policy_for(backend: str, conn_id: str | None, connection: Any | None = None)
     return load_policy(conn_id if found.connection else None, connection, isolated=found.isolated)
 
 
-def load_policy(conn_id: str | None, connection: Any | None = None, *, isolated: bool = True,
-                config: Any | None = None) -> tuple[Policy, str]:
-    """(policy, where it comes from); `connection` when the caller has read it already,
-    `config` the config's raw policy when the caller has it (else Airflow's config is read)."""
-    floor, source = floor_policy(isolated, config)
+def check_at_parse_time(backend: str, job: DLCJob) -> None:
+    """The policy at DAG parse time, where it needs no connection (the local backend: the
+    config over the defaults) and the job holds no template (a templated value is checked
+    when the task runs): 100,000 local replicas fail before the DAG is even scheduled."""
+    from dlc_airflow.registry import entry
+    from dlc_airflow.spec.fields import templated_anywhere
+
+    if entry(backend).connection or templated_anywhere(job.to_dict()):
+        return
+    policy, source = policy_for(backend, None)
+    enforce(policy, job, source)
+
+
+def load_policy(conn_id: str | None, connection: Any | None = None, *,
+                isolated: bool = True) -> tuple[Policy, str]:
+    """(policy, where it comes from); `connection` when the caller has read it already."""
+    floor, source = floor_policy(isolated)
     if connection is None and conn_id:
         connection = _connection(conn_id)
     raw = (connection.extra_dejson or {}).get(EXTRA_KEY) if connection is not None else None
@@ -51,15 +64,17 @@ def load_policy(conn_id: str | None, connection: Any | None = None, *, isolated:
     return policy, f"{source}, narrowed by {where}"
 
 
-def floor_policy(isolated: bool = True, config: Any | None = None) -> tuple[Policy, str]:
-    """The backend's defaults with the Airflow config's policy over them, and its source."""
-    raw = _config() if config is None else config
+def floor_policy(isolated: bool = True, raw: Any | None = None, where: str = CONFIG_SOURCE) -> tuple[Policy, str]:
+    """The backend's defaults with the admin's policy over them, and its source: `raw` read
+    from `where` (a policy file), else the Airflow config's."""
+    if raw is None:
+        raw = _config()
     base = defaults(isolated)
     name = "the default policy" if isolated else "the local backend's default policy"
     if not raw:
-        return base, f"{name} (set [{CONFIG_SECTION}] {CONFIG_KEY} to change it)"
-    admin = parse_policy(_json(raw, CONFIG_SOURCE), CONFIG_SOURCE)
-    source = CONFIG_SOURCE if isolated else f"{CONFIG_SOURCE} (over the local backend's defaults)"
+        return base, f"{name} (no [{CONFIG_SECTION}] {CONFIG_KEY} is set)"
+    admin = parse_policy(_json(raw, where), where)
+    source = where if isolated else f"{where} (over the local backend's defaults)"
     return layered(base, admin).model_copy(update={DELEGATION: admin.allow_connection_override}), source
 
 

@@ -387,6 +387,10 @@ OPERATOR = {
     "local_root relative": ({"local_root": "jobs"}, ["train: local_root must be an absolute folder", "'jobs'"]),
     "job is a list": ({"job": ["batch"]}, ["invalid job of task train", "valid dictionary"]),
     "job file missing": ({"job": "/nonexistent/job.yaml"}, ["cannot read job spec /nonexistent/job.yaml"]),
+    # 100,000 processes on this host: the local backend's replica cap (policy max_replicas), at parse time
+    "100,000 local replicas": ({"backend": "local", "job": {**BATCH, "roles": {"worker": 100_000}}},
+                               ["refused by policy: roles: 100000 replicas (at most", "dlc_policy.max_replicas",
+                                "local backend's default policy", "ask your Airflow admin"]),
 }
 
 
@@ -589,6 +593,15 @@ CLI = {
     "render: negative max_running_time": (["render", "{spec}"], GOOD + "max_running_time: -60\n",
                                           ["max_running_time", "positive"]),
     "render: a directory": (["render", "{dir}"], GOOD, ["cannot read job spec"]),
+    # validate applies the admin's policy, in the operator's words
+    "validate: refused by policy": (["validate", "{spec}"], GOOD + "storage: [{type: host_path, path: /etc, "
+                                    "mount_path: /e}]\n", ["refused by policy: storage[0].path", "host path '/etc'",
+                                                           "dlc_policy.host_paths", "default policy"]),
+    "validate: --policy missing": (["validate", "{spec}", "--policy", "{dir}/nope.json"], GOOD,
+                                   ["cannot read policy file", "nope.json"]),
+    "validate: 100,000 local replicas": (["validate", "{spec}", "--backend", "local"],
+                                         GOOD + "roles: {worker: 100000}\n",
+                                         ["refused by policy: roles: 100000 replicas", "dlc_policy.max_replicas"]),
 }
 
 
