@@ -605,6 +605,9 @@ CLI = {
     "render: --backend pai, a secret reference": (["render", "{spec}", "--backend", "pai"],
                                                   GOOD + "env: {T: {airflow_variable: t}}\n",
                                                   ["pai backend", "env.T", "secret references"]),
+    "render: --backend pai, a secret literal": (["render", "{spec}", "--backend", "pai"],
+                                                GOOD + "env: {API_TOKEN: s3cr3t}\n",
+                                                ["pai backend", "env.API_TOKEN", "secret-looking", "CredentialConfig"]),
     "render: --backend Native": (["render", "{spec}", "--backend", "Native"], GOOD, ["did you mean 'native'"]),
     "render: --name Bad_Name": (["render", "{spec}", "--name", "Bad_Name"], GOOD, ["job name 'Bad_Name'", "DNS-1035"]),
     "render: read_only 'no'": (["render", "{spec}"], GOOD + "storage: [{type: pvc, claim_name: d, mount_path: /d, "
