@@ -118,10 +118,10 @@ def widening(floor: Policy, policy: Policy) -> str | None:
         if wider:
             return f"storage_types: {', '.join(wider)} (the floor allows: {', '.join(floor.storage_types)})"
     if floor.registries is not None:
-        wider = ["any" if policy.registries is None else r for r in (policy.registries or [None])
-                 if r is None or not any(r.startswith(f) for f in floor.registries)]
+        wider = (["any"] if policy.registries is None else
+                 [r for r in policy.registries if not any(r.startswith(f) for f in floor.registries)])
         if wider:
-            return f"registries: {', '.join(map(str, wider))} (the floor allows: {', '.join(floor.registries)})"
+            return f"registries: {', '.join(wider)} (the floor allows: {', '.join(floor.registries)})"
     for key in ("max_replicas", "max_gpus"):
         most, asked = getattr(floor, key), getattr(policy, key)
         if most is not None and (asked is None or asked > most):

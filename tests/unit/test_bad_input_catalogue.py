@@ -656,6 +656,14 @@ def test_the_catalogue_has_at_least_150_cases_with_the_cluster_ones():
     json.dumps(sorted(SPEC))  # case names are plain text (they are the test ids)
 
 
+def test_the_size_check_counts_the_packed_spec_as_specpack_makes_it():
+    from dlc_airflow.spec.models import packed_size
+    from dlc_airflow.specpack import SPEC_ANNOTATION, pack
+
+    job = parse_job({**BASE, "annotations": {"a": "b"}, "env": {"LR": "0.1"}})
+    assert packed_size(job.to_dict()) == len(SPEC_ANNOTATION) + len(pack(job))
+
+
 def test_every_discriminated_union_names_its_tags():
     """A member without its tag gets `<tag> is missing: set <tag> to one of ...`: every
     discriminated union of the spec is known to the message."""
