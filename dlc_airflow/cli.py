@@ -40,13 +40,16 @@ def dump_yaml(documents: list[Any], out: Any) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from dlc_airflow.registry import check, is_kubernetes, pure_backend
+    from dlc_airflow.policy import enforce
+    from dlc_airflow.registry import check, entry, is_kubernetes, pure_backend
     from dlc_airflow.spec import load_job
 
     job = load_job(args.spec)
     rendered = ""
     if args.backend:
         check(args.backend, job)
+    policy, source = validation_policy(args.policy, entry(args.backend).isolated if args.backend else True)
+    enforce(policy, job, source)  # "refused by policy: ...", as the operator says it
     if args.backend and not is_kubernetes(args.backend):
         rendered = f"; the {args.backend} backend runs it"
     elif args.backend:
@@ -54,8 +57,28 @@ def _validate(args: argparse.Namespace) -> int:
         rendered = f"; {args.backend} backend renders {len(objects)} object{'s' if len(objects) != 1 else ''}"
     total = job.total_replicas()
     print(f"{args.spec}: valid {job.type.value} job, {total} replica{'s' if total != 1 else ''} "
-          f"in roles {', '.join(f'{r}={v.replicas}' for r, v in job.roles.items())}{rendered}")
+          f"in roles {', '.join(f'{r}={v.replicas}' for r, v in job.roles.items())}{rendered}; "
+          f"allowed by {source}")
     return 0
+
+
+def validation_policy(path: str | None, isolated: bool) -> tuple[Any, str]:
+    """The policy `validate` applies: the file's (JSON or YAML, as the config's), else the
+    Airflow config's where Airflow is installed and configured, over the backend's defaults."""
+    from dlc_airflow.airflow.policy_source import floor_policy
+    from dlc_airflow.policy import PolicyError
+
+    if path is None:
+        return floor_policy(isolated)
+    import yaml
+
+    where = f"policy file {path}"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise PolicyError(f"cannot read {where}: {' '.join(str(exc).split())}") from None
+    return floor_policy(isolated, raw if raw is not None else {}, where)
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -84,6 +107,7 @@ EXAMPLES = """\
 examples:
   dlc-airflow validate examples/specs/pytorch.yaml                  # valid, or what is wrong
   dlc-airflow validate examples/specs/mpi.yaml --backend local      # and can this backend run it?
+  dlc-airflow validate job.yaml --policy policy.json                # and does the admin's policy allow it?
   dlc-airflow render examples/specs/pytorch.yaml --backend jobset   # the manifests, as YAML
   dlc-airflow render examples/specs/pytorch.yaml --backend slurm    # the batch script and job request
   dlc-airflow schema > dlc-job.schema.json                          # for your editor
@@ -110,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a job spec (and that a backend can render it)")
     p.add_argument("spec")
     p.add_argument("--backend", help="also check this backend accepts the job (any backend, local included)")
+    p.add_argument("--policy", metavar="FILE",
+                   help="the admin's policy to apply (JSON or YAML, as [dlc_airflow] policy); default: the "
+                        "Airflow config's, where Airflow is configured, else the defaults")
     p.set_defaults(func=_validate)
 
     p = sub.add_parser("schema", help="print the job spec's JSON Schema")

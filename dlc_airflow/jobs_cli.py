@@ -29,7 +29,7 @@ from typing import TypeAlias
 from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
-from dlc_airflow.registry import entry, has_connection, is_folder
+from dlc_airflow.registry import entry, is_folder
 from dlc_airflow.runner import EventSource, JobRunner, SpecKeeper
 
 # What a command prints: a row list (a table), a document, or nothing (it said what it did).
@@ -161,7 +161,7 @@ def stored_job(runner: JobRunner, ref: JobRef) -> JSONObject:
 
 def cmd_clone(args: argparse.Namespace) -> Result:
     """Submit a job's spec again, as a new job outside Airflow (the admin's policy applies)."""
-    from dlc_airflow.airflow.policy_source import load_policy
+    from dlc_airflow.airflow.policy_source import policy_for
     from dlc_airflow.naming import MAX_BASE_NAME, slug
     from dlc_airflow.policy import enforce
     from dlc_airflow.secrets.resolve import HIDDEN
@@ -179,10 +179,7 @@ def cmd_clone(args: argparse.Namespace) -> Result:
                        f"--set {hidden[0]}=...")
     job = parse_job(data, source=f"clone of {ref.name}")
     name = args.name_new or f"{slug(ref.name.rsplit('-', 2)[0], MAX_BASE_NAME - 7)}-{random.getrandbits(24):06x}"
-    if has_connection(ref.backend):
-        policy, source = load_policy(args.conn_id or entry(ref.backend).default_conn_id)
-    else:
-        policy, source = load_policy(None)
+    policy, source = policy_for(ref.backend, args.conn_id or entry(ref.backend).default_conn_id)
     enforce(policy, job, source)
     new, _ = runner.submit(job, name, None, 1)
     print(f"submitted job {new.name} ({new.backend}, {new.place}), a clone of {ref.name}", file=sys.stderr)

@@ -1,10 +1,19 @@
 """The admin's policy: what a DAG may ask for on a shared deployment (pure).
 
-The policy is the admin's decision, never the DAG's: it is read from the connection's extra
-`dlc_policy` or from the Airflow config (`[dlc_airflow] policy`, JSON), see
-dlc_airflow/airflow/policy_source.py. Every job is checked against it before anything of it
-is created, on every backend. Defaults are safe: no host paths, no ServiceAccount but the
-namespace's default, every other storage type, any registry, no size limit.
+The policy is the admin's decision, never the DAG's. It is made of layers (`layered`):
+
+1. the backend's defaults (`defaults`): safe where the backend isolates a job from the
+   worker (no host paths, no ServiceAccount but the namespace's default, every other
+   storage type, any registry, no size limit); on the local backend, whose jobs are
+   processes of the worker's user with its rights anyway, any host path, and at most
+   `local_replica_cap()` replicas (processes of this host);
+2. the Airflow config's `[dlc_airflow] policy` (JSON): the floor; the keys it sets replace
+   the defaults';
+3. a connection's extra `dlc_policy`: may only narrow the floor (`widening` says where it
+   would not), unless the config delegates (`"allow_connection_override": true`).
+
+dlc_airflow/airflow/policy_source.py reads the layers. Every job is checked against the
+result before anything of it is created, on every backend, and by `dlc-airflow validate`.
 
     {"host_paths": [{"prefix": "/mnt/datasets"}, {"prefix": "/scratch", "writable": true}],
      "service_accounts": ["trainer"], "storage_types": ["pvc", "nfs", "csi", "empty_dir"],
@@ -16,6 +25,7 @@ all, so no policy can grant them.
 
 from __future__ import annotations
 
+import os
 import posixpath
 from typing import Any
 
@@ -56,6 +66,8 @@ class Policy(BaseModel):
     registries: list[str] | None = None  # image prefixes; None: any registry
     max_replicas: int | None = Field(None, ge=1)  # per job, all roles
     max_gpus: int | None = Field(None, ge=0)  # per job, all replicas
+    # the Airflow config's only: connections' dlc_policy may replace it, not just narrow it
+    allow_connection_override: bool = False
 
     @field_validator("storage_types")
     @classmethod
@@ -67,6 +79,58 @@ class Policy(BaseModel):
 
 
 DEFAULT = Policy()
+DELEGATION = "allow_connection_override"
+
+
+def local_replica_cap() -> int:
+    """The local backend's default max_replicas: each replica is a process of this host."""
+    return max(16, 4 * (os.cpu_count() or 1))
+
+
+def defaults(isolated: bool = True) -> Policy:
+    """The defaults on a backend that isolates its jobs from the worker (`isolated`), or on
+    one that does not (local: a job can read and write whatever the worker can, so refusing
+    host paths protects nothing there)."""
+    if isolated:
+        return DEFAULT
+    return Policy(host_paths=[HostPathRule(prefix="/", writable=True)], max_replicas=local_replica_cap())
+
+
+def layered(base: Policy, over: Policy) -> Policy:
+    """`base` with the keys `over` sets (its own, not its defaults) replaced."""
+    keys = over.model_fields_set - {DELEGATION}
+    return base.model_copy(update={key: getattr(over, key) for key in keys})
+
+
+def widening(floor: Policy, policy: Policy) -> str | None:
+    """What `policy` allows that `floor` does not (the first such key), None when it only narrows."""
+    for rule in policy.host_paths:
+        if not any(_covers(f.prefix, rule.prefix) and (f.writable or not rule.writable) for f in floor.host_paths):
+            allowed = ", ".join(f"{f.prefix}{' (writable)' if f.writable else ''}" for f in floor.host_paths)
+            what = "writable host path" if rule.writable else "host path"
+            return f"host_paths: {what} prefix {rule.prefix!r} (the floor allows: {allowed or 'none'})"
+    extra = sorted(set(policy.service_accounts) - set(floor.service_accounts))
+    if extra:
+        return f"service_accounts: {', '.join(extra)} (the floor allows: {', '.join(floor.service_accounts) or 'none'})"
+    if floor.storage_types is not None:
+        wider = sorted(set(STORAGE_TYPES if policy.storage_types is None else policy.storage_types)
+                       - set(floor.storage_types))
+        if wider:
+            return f"storage_types: {', '.join(wider)} (the floor allows: {', '.join(floor.storage_types)})"
+    if floor.registries is not None:
+        wider = (["any"] if policy.registries is None else
+                 [r for r in policy.registries if not any(r.startswith(f) for f in floor.registries)])
+        if wider:
+            return f"registries: {', '.join(wider)} (the floor allows: {', '.join(floor.registries)})"
+    for key in ("max_replicas", "max_gpus"):
+        most, asked = getattr(floor, key), getattr(policy, key)
+        if most is not None and (asked is None or asked > most):
+            return f"{key}: {'no limit' if asked is None else asked} (the floor allows at most {most})"
+    return None
+
+
+def _covers(prefix: str, path: str) -> bool:
+    return prefix == "/" or path == prefix or path.startswith(prefix.rstrip("/") + "/")
 
 
 def parse_policy(data: Any, source: str) -> Policy:
@@ -86,7 +150,7 @@ def enforce(policy: Policy, job: DLCJob, source: str) -> None:
     the message tells the user whom to ask and which key to change.
     """
     def refuse(field: str, what: str, key: str) -> PolicyError:
-        return PolicyError(f"{field}: {what} is not allowed by the admin's policy ({key} in {source}); "
+        return PolicyError(f"refused by policy: {field}: {what} is not allowed ({key} in {source}); "
                            "ask your Airflow admin to allow it, or change the job")
 
     for i, mount in enumerate(job.storage):
@@ -112,8 +176,7 @@ def enforce(policy: Policy, job: DLCJob, source: str) -> None:
 
 def _check_host_path(policy: Policy, mount: HostPathMount, field: str, refuse: Any) -> None:
     path = posixpath.normpath(mount.path)
-    rule = next((r for r in policy.host_paths if path == r.prefix or path.startswith(r.prefix.rstrip("/") + "/")),
-                None)
+    rule = next((r for r in policy.host_paths if _covers(r.prefix, path)), None)
     if rule is None:
         allowed = ", ".join(r.prefix for r in policy.host_paths) or "none"
         raise refuse(f"{field}.path", f"host path {mount.path!r} (allowed prefixes: {allowed})",

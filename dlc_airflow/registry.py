@@ -102,6 +102,9 @@ class Entry:
     connection: bool = True
     # its jobs live in a folder of this host (a JobRef's namespace is then the job root)
     folder: bool = False
+    # its jobs are kept from the worker's files and rights (all but local, whose jobs are
+    # processes of the worker's user): the admin's policy defaults differ (dlc_airflow.policy)
+    isolated: bool = True
     # the connection id used when a task or the jobs CLI names none (the pai and slurm
     # packages define theirs; tests/unit/test_registry.py checks they agree)
     default_conn_id: str = DEFAULT_CONN_ID
@@ -115,7 +118,7 @@ def _kubernetes(name: str) -> Entry:
 
 ENTRIES: dict[str, Entry] = {
     **{name: _kubernetes(name) for name in KUBERNETES_BACKENDS},
-    LOCAL: Entry(LOCAL, _local, _local_runner, connection=False, folder=True, default_conn_id=""),
+    LOCAL: Entry(LOCAL, _local, _local_runner, connection=False, folder=True, isolated=False, default_conn_id=""),
     "pai": Entry("pai", _pai, _pai_runner, default_conn_id="pai_default"),
     "slurm": Entry("slurm", _slurm, _slurm_runner, default_conn_id="slurm_default"),
 }

@@ -81,6 +81,7 @@ class DLCJobOperator(BaseOperator):
                  notify: Sequence[Any] | None = None, start_in_triggerer: bool = True, **kwargs: Any) -> None:
         from dlc_airflow import arguments as arg
         from dlc_airflow.airflow.notify import carry_all
+        from dlc_airflow.airflow.policy_source import check_at_parse_time
         from dlc_airflow.registry import check
         from dlc_airflow.spec.load import job_from
 
@@ -109,6 +110,7 @@ class DLCJobOperator(BaseOperator):
         self.job = spec.to_dict()
         if self.backend is not None:
             check(self.backend, spec)  # BackendError names the backend or the type, and what to use instead
+            check_at_parse_time(self.backend, spec)  # the local backend's policy (replicas of this host)
         self._start_in_triggerer_if_it_can(spec)
         # set by execute: the job, its runner, the try, what the trigger masks (references only)
         self._ref: JobRef | None = None

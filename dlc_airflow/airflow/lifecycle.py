@@ -81,10 +81,10 @@ class Started:
 
 def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = "") -> Started:
     """See the module docstring; `place` is said in the first log line ("started in the triggerer")."""
-    from dlc_airflow.airflow.policy_source import load_policy
+    from dlc_airflow.airflow.policy_source import policy_for
     from dlc_airflow.airflow.runners import choose_backend, connection_for
     from dlc_airflow.policy import enforce
-    from dlc_airflow.registry import check, has_connection
+    from dlc_airflow.registry import check
     from dlc_airflow.secrets.mask import register_job
     from dlc_airflow.submission import submit_or_adopt
 
@@ -96,7 +96,8 @@ def start(request: StartRequest, log: Log, *, make: RunnerFactory, place: str = 
     check(backend, job)  # a template may have rendered a type or option the backend cannot run
     connection, extras = connection_for(backend, conn_id)
     # the admin's policy, before anything is created (the local backend's too)
-    policy, source = load_policy(conn_id if has_connection(backend) else None, connection)
+    policy, source = policy_for(backend, conn_id, connection)
+    log.info("DLC policy: %s", source)
     enforce(policy, job, source)
     runner = make(backend, conn_id, request.namespace, extras=extras, local_root=request.local_root,
                   connection=connection)

@@ -129,16 +129,12 @@ def identity_from_message(message: str) -> str:
 
 
 def describe_identity(username: str) -> str:
-    """`ServiceAccount ns/name (system:serviceaccount:ns:name)`, `user "alice"`, or
-    `system:anonymous` as such."""
-    if not username:
-        return "this identity"
-    if username.startswith("system:serviceaccount:") and username.count(":") == 3:
-        _, _, ns, name = username.split(":")
-        return f"ServiceAccount {ns}/{name} ({username})"
+    """`ServiceAccount ns/name (system:serviceaccount:ns:name)`, `user 'alice'`, or
+    `system:anonymous` as such (short_identity, with the full user name)."""
     if username == "system:anonymous":
         return "the anonymous user (system:anonymous: no credentials were sent or accepted)"
-    return f"user {username!r}"
+    short = short_identity(username)
+    return f"{short} ({username})" if short.startswith("ServiceAccount") else short
 
 
 def token_subject(token: str) -> str:
@@ -181,25 +177,42 @@ def credential_identity(configuration: Any) -> str:
 
 
 def auth_message(err: AuthError) -> str:
-    """One line: which connection, who, may not do what, where, what the server said, what to do."""
+    """One line of at most ~300 characters naming once: the connection, who, the verb, the
+    resource, the namespace, the server's answer, and what to do. The authorizer's own text
+    (`User "..." cannot list resource ...`) repeats all that and is left out."""
     where = f"connection {err.connection!r}: " if err.connection else ""
     what = f"{err.verb} {err.resource}".strip() or err.call
     if err.namespace and not err.resource.startswith("namespaces"):
         what += f" in namespace {err.namespace!r}"
     server = f" {err.server}" if err.server else ""
-    said = f"{err.status} {err.reason}" + (f": {err.message}" if err.message else "")
+    said = f"{err.status} {err.reason}" + _server_words(err)
     detail = f"; {err.detail}" if err.detail else ""
     if err.status == 401:
-        who = (f"the credentials of {describe_identity(err.identity)}" if err.identity else
+        who = (f"the credentials of {short_identity(err.identity)}" if err.identity else
                "the connection's credentials" if err.connection else "these credentials")
-        return (f"{where}the API server{server} does not accept {who} for {what} ({said}){detail}. Renew the token or client certificate in the "
-                "connection's kubeconfig (kube_config_path or kube_config), or check the pod's "
-                "ServiceAccount token with in_cluster=true")
-    who = describe_identity(err.identity)
-    rbac = err.resource.split(" ", 1)[0] or "it"
-    return (f"{where}{who} may not {what} on{server or ' the API server'} ({said}){detail}. "
-            f"Grant {err.verb or 'the verb'} on {rbac} to that identity with a Role and RoleBinding "
-            "(dlc-airflow's Role is k8s/rbac/role.yaml), or use a connection whose identity may")
+        return (f"{where}the API server{server} does not accept {who} for {what} ({said}{detail}). Fix: renew "
+                "them in the connection's kubeconfig (or the pod's token, in_cluster)")
+    return (f"{where}{short_identity(err.identity)} may not {what} on{server or ' the API server'} "
+            f"({said}{detail}). Fix: a Role and RoleBinding granting it (see k8s/rbac/role.yaml), or another "
+            "connection")
+
+
+def _server_words(err: AuthError) -> str:
+    """The server's message, unless it only repeats what the line says already."""
+    text = " ".join((err.message or "").split())
+    if not text or text == err.reason or re.search(r'User "[^"]*" cannot ', text) or text == "Unauthorized":
+        return ""
+    return f": {text if len(text) <= 80 else text[:77] + '...'}"
+
+
+def short_identity(username: str) -> str:
+    """An identity named once: `ServiceAccount ns/name`, `user 'alice'`, `system:anonymous`."""
+    if username.startswith("system:serviceaccount:") and username.count(":") == 3:
+        _, _, ns, name = username.split(":")
+        return f"ServiceAccount {ns}/{name}"
+    if username == "system:anonymous":
+        return "system:anonymous (no credentials accepted)"
+    return f"user {username!r}" if username else "this identity"
 
 
 _CONFIG_HINT = "set kube_config_path or kube_config in the connection extras, or in_cluster=true"

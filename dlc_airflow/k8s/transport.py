@@ -244,9 +244,12 @@ class _AuthRetry:
                 err.identity = credential_identity(self.client.api.configuration)
         if self.admission:
             return AdmissionDenied(err)
-        how = "confirmed" if self.confirmed else "still refused"
-        err.detail = f"{how} after {self.elapsed():.1f} s and {self.tries} tries" + (
-            f": {self.evidence}" if self.evidence else "")
+        # short: the whole message stays under ~300 characters (the log lines above have the rest)
+        if self.confirmed:
+            err.detail = f"{'an access review agrees' if err.status == 403 else 'the server is ready'}, " \
+                         f"{self.elapsed():.1f} s"
+        else:
+            err.detail = f"still refused after {self.elapsed():.1f} s" + (f": {self.evidence}" if self.evidence else "")
         return err
 
 

@@ -151,16 +151,23 @@ def check(job: DLCJob) -> None:
     _check_metadata(job)
 
 
+# What DLC offers instead of a secret in a job's env: its RAM role credential injection.
+_INSTEAD = ("use the job's RAM role instead (DLC's credential injection, CredentialConfig: temporary STS "
+            "credentials in the job) and read the secret inside the job, e.g. from KMS or a read-only data source")
+
+
 def _check_env(job: DLCJob) -> None:
-    envs = [("env", job.env)] + [(f"roles.{r}.env", role.env) for r, role in job.roles.items()]
-    for where, env in envs:
-        for key, value in env.items():
-            if not isinstance(value, str):
-                # DLC has no secret store of ours to point at: a value would sit in the job's
-                # Envs, which every member of the workspace reads in the console
-                raise _refuse(f"{where}.{key}", "secret references are not supported on DLC (the value would "
-                              "be visible in the job's details): read the secret inside the job, e.g. from "
-                              "a data source mounted read-only")
+    """No secret reaches DLC's request: Envs and UserCommand are readable by the whole
+    workspace (there is no store of ours to point at, as a Kubernetes Secret)."""
+    from dlc_airflow.secrets.resolve import entries
+
+    for entry in entries(job):
+        if not isinstance(entry.value, str):
+            raise _refuse(entry.field, f"secret references are not supported on DLC (the value would be "
+                          f"visible in the job's details): {_INSTEAD}")
+        if entry.hidden():
+            raise _refuse(entry.field, f"a secret-looking name: its value would be in the job's Envs, readable by "
+                          f"the whole workspace: {_INSTEAD} (or rename it if it is not a secret)")
 
 
 def _check_roles(job: DLCJob) -> None:

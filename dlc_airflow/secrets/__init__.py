@@ -18,7 +18,7 @@ Where the values go is each backend's own business:
 - local (local/secrets.py): resolved at submit (a Secret source reads its local stand-in
   <root>/volumes/secret-<name>/<key>) and handed to the detached supervisor on its stdin;
   spec.json keeps the references and `HIDDEN` for secret literals.
-- Slurm: in the job request's environment (slurm/backend.py `fill_secrets`).
+- Slurm: in a 0600 file in the job's folder, never in its environment (slurm/backend.py `SECRETS_FILE`).
 - Kubernetes Secret values are masked only where the identity may `get` that Secret, through
   the runner's optional `SecretReader` capability (dlc_airflow.runner).
 

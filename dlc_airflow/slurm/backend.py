@@ -69,13 +69,13 @@ REFUSAL = "TensorFlow parameter servers and Ray clusters are not Slurm steps"
 
 COMMENT_PREFIX = "dlc-airflow:"
 PRELUDE_MODULE = "dlc_airflow.slurm.prelude"
-SECRETS_PLACEHOLDER = "<hidden: resolved when the job is submitted>"
+SECRETS_PLACEHOLDER = "<hidden: read from the job's secrets file>"
 
 # the prelude's inputs (DLC_ names: the replicas never see them, wiring.is_wired drops them)
 ENV_SPEC = "DLC_SLURM_SPEC"
 ENV_NAME = "DLC_SLURM_NAME"
 ENV_JOBDIR = "DLC_SLURM_JOBDIR"
-ENV_SECRETS = "DLC_SLURM_SECRETS"
+ENV_SECRETS = "DLC_SLURM_SECRETS"  # the path of the job's secrets file (never a value)
 
 # the job folder
 EXITS = "exits"  # (logs/, outputs/ and spec.json: the shared job folder, dlc_airflow.jobfolder)
@@ -84,6 +84,11 @@ RESULT = "result.json"
 RESTARTS = "restarts"
 HOSTFILE = "hostfile"
 SCRIPT = "job.sh"
+# The secret values of the job's env ({where: {NAME: value}}, JSON): written 0600 by the runner
+# before the submit, read by the prelude in every task, removed when the batch script ends (and
+# by the runner when it stops, deletes or sees the job ended). So no value is in the job's
+# environment at submit: not in slurmctld's state, `scontrol show job`, sacct or the request.
+SECRETS_FILE = ".secrets.json"
 
 # Pending reasons that say the job does not fit now (rather than waiting its turn).
 _UNSCHEDULABLE = ("Resources", "ReqNodeNotAvail", "PartitionNodeLimit", "PartitionTimeLimit", "PartitionDown",
@@ -184,7 +189,7 @@ class SlurmBackend:
     # -- render (submit time) ------------------------------------------------------------
     def render(self, job: DLCJob, name: str, identity: naming.TaskIdentity | None = None,
                attempt: int | None = None, target: Target | None = None) -> JobRequest:
-        """The batch job to submit. Secret values are placeholders (fill_secrets puts them in)."""
+        """The batch job to submit. No secret value: they go into the job's secrets file."""
         check_name(name, self.name)
         self.check(job)
         target = target or Target()
@@ -195,16 +200,14 @@ class SlurmBackend:
         env = {"PATH": _path_with(target.python, target.path)}
         if job.type is JobType.slurm:
             env.update(script_env(job, name, jobdir))
-            if _hidden(job):
-                env[ENV_SECRETS] = SECRETS_PLACEHOLDER
         else:
             from dlc_airflow.specpack import stored
 
             env[ENV_SPEC] = json.dumps(stored(job), separators=(",", ":"), sort_keys=True)
             env[ENV_NAME] = name
             env[ENV_JOBDIR] = jobdir
-            if _hidden(job):
-                env[ENV_SECRETS] = SECRETS_PLACEHOLDER
+        if _hidden(job):
+            env[ENV_SECRETS] = f"{jobdir}/{SECRETS_FILE}"
         cpus = cpus_per_task(job, res)
         return JobRequest(
             name=name,
@@ -382,6 +385,7 @@ def batch_script(job: DLCJob, name: str, jobdir: str, python: str, cpus: int | N
         f"if {retryable}; then kind=true; else kind=false; fi",
         f'printf \'{{"exit_code": %s, "restarts": %s, "retryable": %s}}\\n\' "$code" "$restarts" "$kind" '
         f'> "$jobdir/.{RESULT}" && mv "$jobdir/.{RESULT}" "$jobdir/{RESULT}"',
+        *([f'rm -f "$jobdir/{SECRETS_FILE}"'] if _hidden(job) else []),
         'exit "$code"',
     ]
     return "\n".join(lines) + "\n"
@@ -399,6 +403,7 @@ def _script_step(job: DLCJob, jobdir: str, python: str) -> list[str]:
     if job.health_check:
         run = f"{shlex.join(job.health_check.command)} && {run}"
     if _hidden(job):  # its output passes the prelude's redaction: secret values stay out of the folder
+        lines.insert(0, f'eval "$({shlex.join([python, "-m", PRELUDE_MODULE, "export"])})" || exit 1')
         redact = shlex.join([python, "-m", PRELUDE_MODULE, "redact"])
         body = f"{{ {run}; }} 2>&1 | {redact} >>{log}; code=${{PIPESTATUS[0]}}"
     else:
@@ -419,7 +424,7 @@ def user_script(job: DLCJob) -> str:
 
 def script_env(job: DLCJob, name: str, jobdir: str) -> dict[str, str]:
     """What a `slurm` job's script sees besides SLURM_*: the DLC_* every replica gets and the
-    job's env (secret values are placeholders until fill_secrets)."""
+    job's env (secret values are placeholders: the script exports them from the secrets file)."""
     from dlc_airflow import wiring
     from dlc_airflow.secrets.resolve import entries
     from dlc_airflow.spec.envsource import describe
@@ -436,18 +441,15 @@ def script_env(job: DLCJob, name: str, jobdir: str) -> dict[str, str]:
     return env
 
 
-def fill_secrets(request: JobRequest, job: DLCJob, values: dict[str, dict[str, str]]) -> JobRequest:
-    """The request with the secret values in (read at submit: `values` is {where: {NAME: value}},
-    as dlc_airflow.secrets.resolve.hidden_values gives them). A `slurm` script gets them in its
-    environment; the other types' prelude gets them in DLC_SLURM_SECRETS and puts them in
-    each replica's env (the spec it gets keeps references and hides literals)."""
-    env = dict(request.environment)
-    if job.type is JobType.slurm:
-        for where in ("env", "roles.worker.env"):
-            env.update(values.get(where, {}))
-    if ENV_SECRETS in env:  # the prelude's (redaction, and the replicas' env)
-        env[ENV_SECRETS] = json.dumps(values, separators=(",", ":"), sort_keys=True)
-    return _replace(request, environment=env)
+def secrets_text(values: dict[str, dict[str, str]]) -> str:
+    """The secrets file's content: {where: {NAME: value}}, as secrets.resolve.hidden_values gives it."""
+    return json.dumps(values, separators=(",", ":"), sort_keys=True)
+
+
+def script_exports(values: dict[str, dict[str, str]]) -> str:
+    """`export NAME=value` lines (shell-quoted) of a `slurm` job's env, for its batch script's eval."""
+    merged = {**values.get("env", {}), **values.get("roles.worker.env", {})}
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(merged.items()))
 
 
 def _replace(request: JobRequest, **changes: Any) -> JobRequest:

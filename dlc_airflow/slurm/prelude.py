@@ -179,8 +179,22 @@ def load_job(environ: Mapping[str, str]) -> DLCJob:
     from dlc_airflow.secrets.resolve import with_values
 
     job = DLCJob.model_validate(json.loads(environ[layout.ENV_SPEC]))
-    values = json.loads(environ.get(layout.ENV_SECRETS) or "{}")
+    values = secret_values(environ)
     return with_values(job, values) if values else job
+
+
+def secret_values(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The job's secret values, from its secrets file (DLC_SLURM_SECRETS names it); {} without one."""
+    path = environ.get(layout.ENV_SECRETS)
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found: dict[str, dict[str, str]] = json.load(handle)
+    except OSError as exc:
+        raise SystemExit(f"[dlc-airflow] cannot read the job's secrets file {path}: {exc.strerror} (the job "
+                         "must run as the user of the Airflow worker that wrote it, 0600)") from None
+    return found
 
 
 def _write(path: str, text: str) -> None:
@@ -220,10 +234,10 @@ def copy(source: Any, log: int, redact: Callable[[bytes], bytes]) -> None:
 
 
 def redactor_of(environ: Mapping[str, str]) -> Callable[[bytes], bytes] | None:
-    """bytes -> bytes masking the job's secret values (DLC_SLURM_SECRETS); None without any."""
+    """bytes -> bytes masking the job's secret values (its secrets file); None without any."""
     from dlc_airflow.secrets.mask import redactor
 
-    values = json.loads(environ.get(layout.ENV_SECRETS) or "{}")
+    values = secret_values(environ)
     found = redactor(v for group in values.values() for v in group.values())
     return found if found else None
 
@@ -267,4 +281,9 @@ def redact_main(environ: Mapping[str, str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(redact_main(os.environ) if sys.argv[1:] == ["redact"] else main())
+    if sys.argv[1:] == ["redact"]:
+        sys.exit(redact_main(os.environ))
+    if sys.argv[1:] == ["export"]:  # a slurm job's script: its env's secret values, for eval
+        sys.stdout.write(layout.script_exports(secret_values(os.environ)))
+        sys.exit(0)
+    sys.exit(main())

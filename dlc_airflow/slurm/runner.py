@@ -120,10 +120,11 @@ class SlurmRunner:
             return self.ref(job, name, attempt, _pick(mine)), False
         try:
             request = self.backend.render(job, name, identity, attempt, self.target)
-            request = layout.fill_secrets(request, job, _secret_values(job))
         except BackendError as exc:
             raise SubmitError(str(exc), permanent=True) from None
         _make_root(self.target.job_root)
+        if layout.ENV_SECRETS in request.environment:  # the values, read now, into the job's 0600 file
+            _write_secrets(self.jobdir(name), layout.secrets_text(_secret_values(job)))
         try:
             job_id = self.rest.submit(request)
         except SlurmError as exc:
@@ -154,10 +155,19 @@ class SlurmRunner:
         return self.rest.job(found.uid) if found is not None and found.uid else None
 
     def status(self, ref: JobRef) -> JobStatus:
-        return self.backend.status(self._record(ref), self.folder(ref.name))
+        return self.status_of(ref, self._record(ref))
 
     def status_of(self, ref: JobRef, record: JobRecord | None) -> JobStatus:
-        return self.backend.status(record, self.folder(ref.name))
+        status = self.backend.status(record, self.folder(ref.name))
+        if status.terminal:  # ended without its batch script's own cleanup (cancelled, timed out)
+            self._forget_secrets(ref.name)
+        return status
+
+    def _forget_secrets(self, name: str) -> None:
+        try:
+            (self.jobdir(name) / layout.SECRETS_FILE).unlink(missing_ok=True)
+        except OSError:  # a folder this process does not see: the batch script removes it
+            pass
 
     def follow(self, ref: JobRef) -> PolledFollower[int, JobRecord]:
         """Status changes from the cluster's shared poller: one job list per interval for every
@@ -191,6 +201,7 @@ class SlurmRunner:
         if record is None or record.state not in _LIVE:
             return 0
         self.rest.cancel(record.job_id)
+        self._forget_secrets(ref.name)
         return 1
 
     def delete(self, ref: JobRef) -> None:
@@ -312,6 +323,22 @@ def _secret_values(job: DLCJob) -> dict[str, dict[str, str]]:
     from dlc_airflow.secrets.resolve import hidden_values
 
     return hidden_values(job)
+
+
+def _write_secrets(jobdir: Path, text: str) -> None:
+    """The job's secrets file, 0600 from its creation, in its folder (made 0700 if new)."""
+    try:
+        jobdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = jobdir / layout.SECRETS_FILE
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SubmitError(f"slurm backend: the job's secret env values go into a 0600 file in its folder, which "
+                          f"this worker cannot write ({jobdir}: {exc.strerror}): set the connection's job_root to "
+                          "a folder the workers and the nodes share", permanent=True) from None
 
 
 def _make_root(root: str) -> None:

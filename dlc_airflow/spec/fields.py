@@ -97,7 +97,10 @@ def check_label_key(key: str, what: str = "label key") -> None:
 def check_label_value(key: str, value: str) -> None:
     if is_templated(value):
         return
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
+    if len(value) > 63:
+        raise ValueError(f"label {key}: the value is {len(value)} characters ({value[:16]!r}...): Kubernetes allows "
+                         "at most 63; shorten it (or make it an annotation)")
+    if not _LABEL_VALUE.match(value):
         raise ValueError(
             f"label {key}={value!r}: value must be <= 63 characters of [A-Za-z0-9-_.], "
             "starting and ending alphanumeric"

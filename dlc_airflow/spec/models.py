@@ -603,6 +603,7 @@ class DLCJob(_Model):
                 f"checkpoint.uri {self.checkpoint.uri!r} is not a local path: set checkpoint.path "
                 "to where the containers see it (a storage mount)"
             )
+        _check_annotations_size(self)
         return self
 
     # -- helpers used by backends ------------------------------------------------------
@@ -736,6 +737,35 @@ def _check_roles(job: DLCJob, info: TypeInfo) -> None:
         )
 
 
+# The API server's limit on one object's annotations, keys and values together; ours count
+# towards it: the packed spec (dlc_airflow.specpack) and the task's ids (naming.job_annotations:
+# dag, task and run ids of at most 250 characters each, with their keys).
+ANNOTATIONS_LIMIT = 256 * 1024
+OWN_IDS_RESERVE = 4 * (32 + 250)
+
+
+def packed_size(data: JSONObject) -> int:
+    """The bytes of the spec annotation dlc_airflow.specpack.pack makes of `data` (key
+    `dlc-airflow/spec`, value `z1:` + base64 of zlib of the JSON; tests/unit/test_bad_input_catalogue
+    checks they agree). An upper bound for the job: pack hides secret literals first."""
+    import base64
+    import json
+    import zlib
+
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    return len("dlc-airflow/spec") + len("z1:") + len(base64.b64encode(zlib.compress(text.encode(), 9)))
+
+
+def _check_annotations_size(job: DLCJob) -> None:
+    yours = sum(len(k.encode()) + len(v.encode()) for k, v in job.annotations.items())
+    ours = packed_size(job.to_dict()) + OWN_IDS_RESERVE
+    if yours + ours > ANNOTATIONS_LIMIT:
+        field = "annotations" if yours >= ours else "the job spec (packed into an annotation)"
+        raise ValueError(f"{field}: {yours} bytes of your annotations and {ours} of dlc-airflow's (the packed "
+                         f"spec, the task's ids) exceed Kubernetes' {ANNOTATIONS_LIMIT} bytes per object; shorten "
+                         "them, or put large data in a ConfigMap or a storage mount")
+
+
 _MAX_ERRORS = 5  # more than this is one mistake repeated, or not a job spec at all
 
 
@@ -748,12 +778,31 @@ def first_error(exc: ValidationError) -> str:
             msg = "unknown field; check the spelling (see `dlc-airflow schema`)"
         elif err["type"] == "missing":
             msg = "required field is missing"
+        elif err["type"] in ("union_tag_not_found", "union_tag_invalid"):
+            msg = _union_tag_message(err)
         line = f"{loc}: {msg}" if loc else msg
         if line not in lines:
             lines.append(line)
     more = f" (and {len(lines) - _MAX_ERRORS} more)" if len(lines) > _MAX_ERRORS else ""
     # one line whatever the input held (a key with a newline in it, say)
     return " ".join("; ".join(lines[:_MAX_ERRORS]).split("\n")) + more
+
+
+# The tags of each discriminated union in the spec, by the field that holds its members.
+_UNION_TAGS = {"storage": sorted(_MOUNT_TAGS)}
+
+
+def _union_tag_message(err: Any) -> str:
+    """A union member without its tag (or with an unknown one), in the spec's words:
+    `type is missing: set type to one of ...` rather than pydantic's "Unable to extract tag"."""
+    ctx = err.get("ctx") or {}
+    key = str(ctx.get("discriminator", "type")).strip("'")
+    field = next((str(p) for p in reversed(err["loc"]) if isinstance(p, str)), "")
+    tags = _UNION_TAGS.get(field) or [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
+    choose = f"set {key} to one of {', '.join(tags)}" if tags else f"set {key}"
+    if err["type"] == "union_tag_not_found":
+        return f"{key} is missing: {choose}"
+    return f"{key} {ctx.get('tag')!r} is unknown: {choose}"
 
 
 def _loc(parts: tuple[Any, ...]) -> str:

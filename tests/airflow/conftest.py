@@ -63,7 +63,10 @@ with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timez
 
 @pytest.fixture
 def policed_conn(cluster, namespace, tmp_path, monkeypatch, airflow_db):
-    """A connection to the test namespace (restricted identity) whose admin set a policy."""
+    """A connection to the test namespace (restricted identity) whose admin set a policy
+    (the Airflow config delegates to the connection: its policy may widen the defaults)."""
+    monkeypatch.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps({"allow_connection_override": True}))
+
     def make(policy: dict) -> str:
         conn_id = f"dlc_{uuid.uuid4().hex[:8]}"
         kubeconfig = restricted_kubeconfig(cluster, namespace, tmp_path / f"{conn_id}.json")

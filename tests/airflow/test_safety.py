@@ -5,6 +5,7 @@ queue_timeout with the API server's own message and are stopped (and kept, STOPP
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -22,7 +23,10 @@ HOST_ROOT = {"type": "host_path", "path": "/", "mount_path": "/host"}
 
 
 @pytest.mark.airflow
-def test_the_default_policy_refuses_a_host_root_mount_locally(dag_files, tmp_path, capfd):
+def test_the_admins_policy_refuses_a_host_root_mount_locally(dag_files, tmp_path, capfd, monkeypatch):
+    # the local backend's defaults allow host paths (a local job has the worker's rights anyway);
+    # an admin who says otherwise is obeyed
+    monkeypatch.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps({"host_paths": [{"prefix": "/data"}]}))
     root = tmp_path / "jobs"
     job = {"type": "custom", "image": "local", "roles": {"main": 1}, "storage": [HOST_ROOT],
            "command": [sys.executable, "-c", "print('should never run')"]}

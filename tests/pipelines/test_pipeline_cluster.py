@@ -73,13 +73,10 @@ def jobs_by_task(kube) -> dict[str, list[dict]]:
 
 
 def test_pipeline_runs_three_jobs_in_order_with_the_right_uris(kube, k8s_conn, dag_files, tmp_path, monkeypatch):
-    import os
 
-    # the lineage folder is a host path: the admin's policy must allow it (denied by default)
-    env = f"AIRFLOW_CONN_{k8s_conn.upper()}"
-    conn = json.loads(os.environ[env])
-    conn["extra"]["dlc_policy"] = {"host_paths": [{"prefix": "/srv/lineage", "writable": True}]}
-    monkeypatch.setenv(env, json.dumps(conn))
+    # the lineage folder is a host path: the admin's policy must allow it (denied by default on a cluster)
+    monkeypatch.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps(
+        {"host_paths": [{"prefix": "/srv/lineage", "writable": True}]}))
     dag_id = f"pipe_{k8s_conn[4:]}"
     root = f"file://{tmp_path}/lineage"
     dag = dag_files(dag_id, DAG.format(dag_id=dag_id, root=root, image=IMAGE, conn_id=k8s_conn,

@@ -233,3 +233,63 @@ def test_sensor_waits_on_a_slurm_job(dag_files, slurm_conn, deferrable):
     assert watch.state == "success"
     result = xcom(watch)
     assert result["backend"] == "slurm" and result["state"] == "SUCCEEDED" and result["metrics"]["loss"] == 0.5
+
+
+def test_no_secret_value_in_the_jobs_state_or_its_environment_at_submit(slurm, runner, job_root, monkeypatch):
+    """The values travel in a 0600 file of the job's folder, not in the request: the request
+    body, `scontrol show job -d`, the environment slurmctld saved for the job and the batch
+    script's own environment hold none; the file goes when the job ends."""
+    import os
+    import re
+    import stat
+    import subprocess
+
+    from dlc_airflow.naming import TaskIdentity, job_name
+    from dlc_airflow.slurm.backend import SECRETS_FILE
+    from dlc_airflow.spec import DLCJob
+    from dlc_airflow.status import JobState
+
+    values = ("hf_StateSecret99", "key-State-88")
+    monkeypatch.setenv("AIRFLOW_VAR_HF_TOKEN_STATE", values[0])
+    job = DLCJob.model_validate(batch_job(roles={"worker": 1}, command=[sys.executable, "-c", SECRET_CHECK],
+                                          env={"HF_TOKEN": {"airflow_variable": "hf_token_state"}, "API_KEY": values[1]}))
+    sent = []
+    submit = runner.rest.submit
+    monkeypatch.setattr(runner.rest, "submit", lambda request: sent.append(request) or submit(request))
+    identity = TaskIdentity("slurm_tests", "state", f"run-{uuid.uuid4().hex[:6]}")
+    ref, _ = runner.submit(job, job_name("state", identity, 1), identity, 1)
+    secrets = Path(job_root) / ref.name / SECRETS_FILE
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
+    wait_for(lambda: runner.status(ref).state is JobState.RUNNING, 60, "the job to run")
+
+    def slurm_cmd(*args: str) -> str:
+        return subprocess.run([str(Path(__file__).parents[2] / "scripts/slurm-local"), "run", *args],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+
+    shown = slurm_cmd("scontrol", "show", "job", "-d", ref.uid)
+    state_dir = re.search(r"StateSaveLocation\s*=\s*(\S+)", slurm_cmd("scontrol", "show", "config")).group(1)
+    saved = list(Path(state_dir).glob(f"hash.*/job.{ref.uid}/environment"))
+    batch_env = b""
+    for line in slurm_cmd("scontrol", "listpids", ref.uid).splitlines()[1:]:
+        pid, _, step = (line.split() + ["", "", ""])[:3]
+        if step == "batch" and Path(f"/proc/{pid}/environ").exists():
+            batch_env += Path(f"/proc/{pid}/environ").read_bytes()
+    assert saved and batch_env, (saved, shown)  # (this host runs the local Slurm: its state is readable here)
+    for value in values:
+        assert value not in repr(sent[0]) and value not in shown, value
+        assert value.encode() not in saved[0].read_bytes() and value.encode() not in batch_env, value
+    assert f"DLC_SLURM_SECRETS={secrets}".encode() in saved[0].read_bytes()  # a path, not a value
+    done = wait_for(lambda: (s := runner.status(ref)).terminal and s, 120, "the job to end")
+    assert done.state is JobState.SUCCEEDED, done.summary()
+    assert runner.outputs(ref)["outputs"] == {"token_ok": True}  # the replica had both values
+    assert not secrets.exists() and not any(os.fspath(p).endswith(".tmp") for p in secrets.parent.iterdir())
+
+
+SECRET_CHECK = textwrap.dedent(f"""
+    import hashlib, os, time
+    from dlc_airflow.runtime import report_output
+    time.sleep(4)
+    digest = lambda name: hashlib.sha256(os.environ[name].encode()).hexdigest()
+    report_output("token_ok", digest("HF_TOKEN") == "{hashlib.sha256(b'hf_StateSecret99').hexdigest()}"
+                  and digest("API_KEY") == "{hashlib.sha256(b'key-State-88').hexdigest()}")
+""")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -78,6 +79,24 @@ SPEC = {
     "worker: 2.5": ({"roles": {"worker": 2.5}}, ["roles.worker.replicas", "whole number", "2.5"]),
     "worker: 'two'": ({"roles": {"worker": "two"}}, ["roles.worker.replicas", "whole number", "'two'"]),
     "worker: null": ({"roles": {"worker": None}}, ["roles", "'worker'", "number of replicas"]),
+    # a discriminated union's member without its tag (pydantic: "Unable to extract tag ...")
+    "storage without type": ({"storage": [{"mount_path": "/data"}]},
+                             ["storage[0]: type is missing: set type to one of", "host_path", "pvc"]),
+    "second storage without type": ({"storage": [mount(), {"claim_name": "x", "mount_path": "/x"}]},
+                                    ["storage[1]: type is missing", "empty_dir"]),
+    "storage type s3": ({"storage": [{"type": "s3", "mount_path": "/data"}]},
+                        ["storage[0]: type 's3' is unknown: set type to one of", "csi"]),
+    "storage type null": ({"storage": [{"type": None, "mount_path": "/data"}]}, ["storage[0]: type", "unknown"]),
+    # the API server's size limits: a label value, one object's annotations (ours count too)
+    "label value of 300 characters": ({"labels": {"team": "x" * 300}},
+                                      ["label team: the value is 300 characters", "at most 63", "annotation"]),
+    "annotations over 256 KiB": ({"annotations": {"notes": "x" * (256 * 1024)}},
+                                 ["annotations: 262149 bytes of your annotations", "dlc-airflow's (the packed spec",
+                                  "262144 bytes per object", "ConfigMap"]),
+    "annotations just under 256 KiB with ours": ({"annotations": {"a": "x" * (256 * 1024 - 600)}},
+                                                 ["annotations:", "of dlc-airflow's", "262144"]),
+    "a spec too large to pack": ({"env": {f"E{i}": random.Random(i).randbytes(100).hex() for i in range(2000)}},
+                                 ["the job spec (packed into an annotation)", "262144"]),
     "worker: a list": ({"roles": {"worker": [1, 2]}}, ["roles", "'worker'", "number of replicas"]),
     "replicas: true": ({"roles": {"worker": {"replicas": True}}}, ["roles.worker.replicas", "whole number"]),
     "replicas: 1.5": ({"roles": {"worker": {"replicas": 1.5}}}, ["roles.worker.replicas", "whole number", "1.5"]),
@@ -387,6 +406,10 @@ OPERATOR = {
     "local_root relative": ({"local_root": "jobs"}, ["train: local_root must be an absolute folder", "'jobs'"]),
     "job is a list": ({"job": ["batch"]}, ["invalid job of task train", "valid dictionary"]),
     "job file missing": ({"job": "/nonexistent/job.yaml"}, ["cannot read job spec /nonexistent/job.yaml"]),
+    # 100,000 processes on this host: the local backend's replica cap (policy max_replicas), at parse time
+    "100,000 local replicas": ({"backend": "local", "job": {**BATCH, "roles": {"worker": 100_000}}},
+                               ["refused by policy: roles: 100000 replicas (at most", "dlc_policy.max_replicas",
+                                "local backend's default policy", "ask your Airflow admin"]),
 }
 
 
@@ -582,6 +605,9 @@ CLI = {
     "render: --backend pai, a secret reference": (["render", "{spec}", "--backend", "pai"],
                                                   GOOD + "env: {T: {airflow_variable: t}}\n",
                                                   ["pai backend", "env.T", "secret references"]),
+    "render: --backend pai, a secret literal": (["render", "{spec}", "--backend", "pai"],
+                                                GOOD + "env: {API_TOKEN: s3cr3t}\n",
+                                                ["pai backend", "env.API_TOKEN", "secret-looking", "CredentialConfig"]),
     "render: --backend Native": (["render", "{spec}", "--backend", "Native"], GOOD, ["did you mean 'native'"]),
     "render: --name Bad_Name": (["render", "{spec}", "--name", "Bad_Name"], GOOD, ["job name 'Bad_Name'", "DNS-1035"]),
     "render: read_only 'no'": (["render", "{spec}"], GOOD + "storage: [{type: pvc, claim_name: d, mount_path: /d, "
@@ -589,6 +615,15 @@ CLI = {
     "render: negative max_running_time": (["render", "{spec}"], GOOD + "max_running_time: -60\n",
                                           ["max_running_time", "positive"]),
     "render: a directory": (["render", "{dir}"], GOOD, ["cannot read job spec"]),
+    # validate applies the admin's policy, in the operator's words
+    "validate: refused by policy": (["validate", "{spec}"], GOOD + "storage: [{type: host_path, path: /etc, "
+                                    "mount_path: /e}]\n", ["refused by policy: storage[0].path", "host path '/etc'",
+                                                           "dlc_policy.host_paths", "default policy"]),
+    "validate: --policy missing": (["validate", "{spec}", "--policy", "{dir}/nope.json"], GOOD,
+                                   ["cannot read policy file", "nope.json"]),
+    "validate: 100,000 local replicas": (["validate", "{spec}", "--backend", "local"],
+                                         GOOD + "roles: {worker: 100000}\n",
+                                         ["refused by policy: roles: 100000 replicas", "dlc_policy.max_replicas"]),
 }
 
 
@@ -619,6 +654,36 @@ def test_the_catalogue_has_at_least_150_cases_with_the_cluster_ones():
     unit = sum(len(t) for t in (SPEC, DIRECT, FILES, OPERATOR, SENSOR, PIPELINE, RETRAINING, CLI))
     assert unit + CASE_COUNT >= 150, (unit, CASE_COUNT)
     json.dumps(sorted(SPEC))  # case names are plain text (they are the test ids)
+
+
+def test_the_size_check_counts_the_packed_spec_as_specpack_makes_it():
+    from dlc_airflow.spec.models import packed_size
+    from dlc_airflow.specpack import SPEC_ANNOTATION, pack
+
+    job = parse_job({**BASE, "annotations": {"a": "b"}, "env": {"LR": "0.1"}})
+    assert packed_size(job.to_dict()) == len(SPEC_ANNOTATION) + len(pack(job))
+
+
+def test_every_discriminated_union_names_its_tags():
+    """A member without its tag gets `<tag> is missing: set <tag> to one of ...`: every
+    discriminated union of the spec is known to the message."""
+    from dlc_airflow.spec import json_schema
+    from dlc_airflow.spec.models import _UNION_TAGS
+
+    found: dict[str, list[str]] = {}
+
+    def walk(node, field=""):
+        if isinstance(node, dict):
+            if "discriminator" in node:
+                found[field] = sorted(node["discriminator"]["mapping"])
+            for key, value in node.items():
+                walk(value, key if key not in ("items", "anyOf", "oneOf", "properties") else field)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, field)
+
+    walk(json_schema())
+    assert found == _UNION_TAGS
 
 
 def test_a_token_in_the_clone_url_is_not_repeated_in_the_refusal():

@@ -52,13 +52,69 @@ def test_one_realistic_example_per_job_type():
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_validate_prints_a_one_line_summary(path, capsys):
-    assert main(["validate", str(path)]) == 0
+def test_validate_prints_a_one_line_summary(path, capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("AIRFLOW__DLC_AIRFLOW__POLICY", raising=False)
+    policy = []
+    if load_job(path).storage:  # the slurm example's shared folder: a host path the default policy refuses
+        (tmp_path / "policy.yaml").write_text("host_paths: [{prefix: /shared, writable: true}]\n")
+        policy = ["--policy", str(tmp_path / "policy.yaml")]
+    assert main(["validate", str(path), *policy]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith(f"{path}: valid {path.stem} job, ")
+    assert out.rstrip().endswith(f"allowed by {'policy file ' if policy else 'the default policy'}"
+                                 f"{tmp_path / 'policy.yaml' if policy else ' (no [dlc_airflow] policy is set)'}")
     for backend in supported_backends(path):
-        assert main(["validate", str(path), "--backend", backend]) == 0
+        assert main(["validate", str(path), "--backend", backend, *policy]) == 0
         assert f"{backend} backend renders" in capsys.readouterr().out
+
+
+def test_validate_applies_the_policy_in_the_operators_words(tmp_path, capsys, monkeypatch):
+    from dlc_airflow.airflow.policy_source import policy_for
+    from dlc_airflow.policy import PolicyError, enforce
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text("type: batch\nimage: docker.io/prep:1\ncommand: [prep]\n"
+                    "storage: [{type: host_path, path: /tmp/out, mount_path: /out}]\n")
+    # the Airflow config's policy, where Airflow is configured
+    monkeypatch.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", '{"registries": ["registry.example.com/"]}')
+    assert main(["validate", str(spec), "--backend", "local"]) == 2
+    err = capsys.readouterr().err
+    policy, source = policy_for("local", None)  # what the operator applies
+    assert source == "the Airflow config [dlc_airflow] policy (over the local backend's defaults)"
+    with pytest.raises(PolicyError) as operator:
+        enforce(policy, load_job(spec), source)
+    assert err == f"error: {operator.value}\n" and err.startswith("error: refused by policy: image: ")
+    # a cluster backend: the host path is refused by the defaults the config leaves
+    assert main(["validate", str(spec), "--backend", "native"]) == 2
+    assert "refused by policy: storage[0].path: host path '/tmp/out'" in capsys.readouterr().err
+    # --policy FILE instead of the config
+    (tmp_path / "p.json").write_text('{"max_replicas": 1}')
+    assert main(["validate", str(spec), "--backend", "local", "--policy", str(tmp_path / "p.json")]) == 0
+    assert f"allowed by policy file {tmp_path / 'p.json'} (over the local backend's defaults)" in \
+        capsys.readouterr().out
+    monkeypatch.delenv("AIRFLOW__DLC_AIRFLOW__POLICY")
+    # the new user's local job: host paths are fine on the local backend
+    assert main(["validate", str(spec), "--backend", "local"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("content,words", [
+    (None, ["cannot read policy file", "No such file"]),
+    ("{max_replicas: [", ["cannot read policy file"]),
+    ('{"max_replicas": 0}', ["invalid dlc policy in policy file", "max_replicas"]),
+    ('{"hostpaths": []}', ["invalid dlc policy in policy file", "hostpaths"]),
+    ("[1, 2]", ["invalid dlc policy in policy file"]),
+])
+def test_validate_refuses_a_bad_policy_file_in_one_line(tmp_path, capsys, content, words):
+    spec = tmp_path / "job.yaml"
+    spec.write_text("type: batch\nimage: docker.io/prep:1\ncommand: [prep]\n")
+    policy = tmp_path / "policy.yaml"
+    if content is not None:
+        policy.write_text(content)
+    assert main(["validate", str(spec), "--policy", str(policy)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured
+    assert all(w in captured.err for w in words), captured.err
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])

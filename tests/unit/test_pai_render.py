@@ -350,7 +350,23 @@ REFUSALS = [
     ("annotations.pai/idle-resources", {"annotations": {"pai/idle-resources": "yes"}}),
     ("labels", {"labels": {f"l{i}": "v" for i in range(10)}}),
     ("labels.aliyun-team", {"labels": {"aliyun-team": "x"}}),
+    # secret-looking literals: Envs and UserCommand are readable by the whole workspace
+    ("env.API_TOKEN", {"env": {"API_TOKEN": "s3cr3t-value"}}),
+    ("env.DB_PASSWORD", {"env": {"DB_PASSWORD": "{{ var.value.db_password }}"}}),
+    ("roles.worker.env.HF_TOKEN", {"roles": {"worker": {"replicas": 1, "env": {"HF_TOKEN": "hf_x"}}}}),
 ]
+
+
+def test_no_secret_reaches_the_request_and_the_refusal_says_what_dlc_offers():
+    for spec in ({"env": {"API_TOKEN": "s3cr3t-value"}},
+                 {"roles": {"worker": {"replicas": 2, "env": {"WANDB_API_KEY": "s3cr3t-value"}}}}):
+        with pytest.raises(BackendError) as err:
+            render(job(**spec), NAME, IDENTITY, 1)
+        message = str(err.value)
+        assert "s3cr3t-value" not in message and "\n" not in message
+        assert "CredentialConfig" in message and "readable by the whole workspace" in message
+    # a plain literal still goes into Envs
+    assert {"LR": "0.1"}.items() <= fields(job(env={"LR": "0.1"}))["Envs"].items()
 
 
 @pytest.mark.parametrize(("field", "spec"), REFUSALS, ids=[f"{f}-{i}" for i, (f, _) in enumerate(REFUSALS)])

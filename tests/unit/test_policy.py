@@ -107,26 +107,136 @@ def test_an_invalid_policy_is_a_one_line_error_naming_the_key(raw, named):
     assert "\n" not in str(err.value) and named in str(err.value) and SOURCE in str(err.value)
 
 
-def test_the_policy_comes_from_the_connection_then_the_config(monkeypatch):
+def conn(monkeypatch, conn_id: str, policy) -> str:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(
+        {"conn_type": "kubernetes", "extra": {} if policy is None else {"dlc_policy": policy}}))
+    return conn_id
+
+
+@pytest.fixture
+def no_config(monkeypatch):
+    monkeypatch.delenv("AIRFLOW__DLC_AIRFLOW__POLICY", raising=False)
+    return monkeypatch
+
+
+STRICT = {"host_paths": [{"prefix": "/mnt/datasets"}], "registries": ["registry.example.com/"], "max_replicas": 8,
+          "storage_types": ["pvc", "host_path"]}
+
+
+def test_a_connection_without_dlc_policy_under_a_strict_config_is_still_strict(no_config):
     from dlc_airflow.airflow.policy_source import load_policy
 
-    monkeypatch.setenv("AIRFLOW_CONN_POLICED", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"dlc_policy": {"service_accounts": ["trainer"]}}}))
-    policy, source = load_policy("policed")
-    assert policy.service_accounts == ["trainer"] and source == "connection 'policed' extra dlc_policy"
+    no_config.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps(STRICT))
+    for conn_id in (conn(no_config, "plain", None), "no-such-connection"):
+        policy, source = load_policy(conn_id)
+        assert policy.max_replicas == 8 and policy.registries == ["registry.example.com/"], source
+        assert source == "the Airflow config [dlc_airflow] policy"
+        with pytest.raises(PolicyError) as err:
+            enforce(policy, job(storage=[host("/etc")]), source)
+        assert str(err.value).startswith("refused by policy: storage[0].path") and source in str(err.value)
+
+
+@pytest.mark.parametrize("widening,named", [
+    ({"host_paths": [{"prefix": "/"}]}, "host_paths: host path prefix '/'"),
+    ({"host_paths": [{"prefix": "/mnt/datasets/a", "writable": True}]}, "writable host path prefix"),
+    ({"registries": ["docker.io/"]}, "registries: docker.io/"),
+    ({"registries": None}, "registries: any"),
+    ({"storage_types": ["nfs"]}, "storage_types: nfs"),
+    ({"storage_types": None}, "storage_types: config_map"),
+    ({"max_replicas": 100}, "max_replicas: 100 (the floor allows at most 8)"),
+    ({"max_replicas": None}, "max_replicas: no limit"),
+    ({"service_accounts": ["cluster-admin"]}, "service_accounts: cluster-admin"),
+])
+def test_a_connection_that_tries_to_widen_is_refused(no_config, widening, named):
+    from dlc_airflow.airflow.policy_source import load_policy
+
+    no_config.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps(STRICT))
+    with pytest.raises(PolicyError) as err:
+        load_policy(conn(no_config, "lax", widening))
+    message = str(err.value)
+    assert "\n" not in message and len(message) < 400, message
+    assert message.startswith("refused by policy: connection 'lax' extra dlc_policy widens the Airflow config")
+    assert named in message and "allow_connection_override" in message
+    assert err.value.permanent
+
+
+def test_a_connection_may_narrow_and_the_sources_say_both(no_config):
+    from dlc_airflow.airflow.policy_source import load_policy
+
+    no_config.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps(STRICT))
+    policy, source = load_policy(conn(no_config, "narrow", {"max_replicas": 2, "registries": [
+        "registry.example.com/ml/"], "host_paths": [{"prefix": "/mnt/datasets/imagenet"}]}))
+    assert source == "the Airflow config [dlc_airflow] policy, narrowed by connection 'narrow' extra dlc_policy"
+    assert policy.max_replicas == 2 and policy.storage_types == ["pvc", "host_path"]  # the rest: the config's
+    with pytest.raises(PolicyError) as err:
+        enforce(policy, job(roles={"worker": 3}), source)
+    assert "dlc_policy.max_replicas" in str(err.value) and source in str(err.value)
+    enforce(policy, job(storage=[host("/mnt/datasets/imagenet/train")]), source)
     # a string extra (the UI stores extras as text) is JSON too
-    monkeypatch.setenv("AIRFLOW_CONN_TEXTUAL", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"dlc_policy": json.dumps({"max_gpus": 4})}}))
-    assert load_policy("textual")[0].max_gpus == 4
-    monkeypatch.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps({"max_replicas": 3}))
-    policy, source = load_policy(None)  # the local backend: the config
-    assert policy.max_replicas == 3 and "[dlc_airflow] policy" in source
-    monkeypatch.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", "{not json")
+    assert load_policy(conn(no_config, "textual", json.dumps({"max_gpus": 4})))[0].max_gpus == 4
+
+
+def test_without_a_config_the_defaults_are_the_floor(no_config):
+    from dlc_airflow.airflow.policy_source import load_policy
+
+    policy, source = load_policy(None)
+    assert policy == DEFAULT and "default policy" in source
+    with pytest.raises(PolicyError, match="widens the default policy"):
+        load_policy(conn(no_config, "lax", {"host_paths": [{"prefix": "/mnt"}]}))
+    policy, source = load_policy(conn(no_config, "narrow", {"registries": ["registry.example.com/"]}))
+    assert policy.registries == ["registry.example.com/"] and "narrowed by connection 'narrow'" in source
+
+
+def test_the_config_may_delegate_to_connections(no_config):
+    from dlc_airflow.airflow.policy_source import load_policy
+
+    no_config.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps({**STRICT, "allow_connection_override": True}))
+    policy, source = load_policy(conn(no_config, "trusted", {"host_paths": [{"prefix": "/scratch", "writable": True}],
+                                                             "max_replicas": 64}))
+    assert policy.max_replicas == 64 and policy.host_paths[0].prefix == "/scratch"
+    assert source == "connection 'trusted' extra dlc_policy (delegated by the Airflow config [dlc_airflow] policy)"
+    # a connection cannot delegate to itself
+    no_config.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps(STRICT))
+    with pytest.raises(PolicyError, match="allow_connection_override: only the Airflow config"):
+        load_policy(conn(no_config, "self", {"allow_connection_override": True}))
+
+
+def test_invalid_policies_are_one_line_errors_naming_where(no_config):
+    from dlc_airflow.airflow.policy_source import load_policy
+
+    no_config.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", "{not json")
     with pytest.raises(PolicyError, match=r"\[dlc_airflow\] policy: not JSON"):
         load_policy(None)
-    monkeypatch.delenv("AIRFLOW__DLC_AIRFLOW__POLICY")
-    policy, source = load_policy("no-such-connection")
-    assert policy == DEFAULT and "default policy" in source
+    no_config.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", "{}")
+    with pytest.raises(PolicyError, match=r"connection 'bad' extra dlc_policy: max_gpus"):
+        load_policy(conn(no_config, "bad", {"max_gpus": "many"}))
+
+
+def test_the_local_backend_allows_host_paths_by_default_but_the_admin_decides(no_config):
+    from dlc_airflow.airflow.policy_source import policy_for
+    from dlc_airflow.policy import local_replica_cap
+
+    policy, source = policy_for("local", None)
+    assert "local backend's default policy" in source
+    enforce(policy, job(storage=[host("/tmp/out", read_only=False)]), source)  # a new user's first DAG
+    enforce(policy, job(roles={"worker": local_replica_cap()}), source)
+    with pytest.raises(PolicyError) as err:  # 100,000 processes on this host
+        enforce(policy, job(roles={"worker": 100_000}), source)
+    assert "100000 replicas (at most" in str(err.value) and "dlc_policy.max_replicas" in str(err.value)
+    # the admin's explicit policy still applies, key by key
+    no_config.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps({"host_paths": [{"prefix": "/data"}]}))
+    policy, source = policy_for("local", None)
+    assert policy.max_replicas == local_replica_cap()  # a key the admin did not set: the local default
+    with pytest.raises(PolicyError, match="host path '/tmp/out'"):
+        enforce(policy, job(storage=[host("/tmp/out")]), source)
+    no_config.setenv("AIRFLOW__DLC_AIRFLOW__POLICY", json.dumps({"max_replicas": 100_000}))  # raised by policy
+    policy, source = policy_for("local", None)
+    enforce(policy, job(roles={"worker": 100_000}), source)
+    # a cluster backend keeps the safe defaults
+    no_config.delenv("AIRFLOW__DLC_AIRFLOW__POLICY")
+    policy, source = policy_for("native", conn(no_config, "k8s", None))
+    with pytest.raises(PolicyError, match="host path '/tmp/out'"):
+        enforce(policy, job(storage=[host("/tmp/out")]), source)
 
 
 # -- which backend a task runs on --------------------------------------------------------

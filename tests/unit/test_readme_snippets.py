@@ -54,6 +54,7 @@ SKIPPED = {
     "scripts/slurm-local": "starts or talks to the local Slurm (needs root and Debian's packages)",
     "eval": "exports a running cluster's settings",
     "export AIRFLOW_CONN_": "sets a connection for the shell that runs Airflow",
+    "export AIRFLOW__DLC_AIRFLOW__": "sets the admin's policy for the shell that runs Airflow",
     ".venv/bin/pytest": "runs other test suites",
     "sinfo": "a Slurm client command: needs a Slurm cluster",
     "squeue": "a Slurm client command: needs a Slurm cluster",

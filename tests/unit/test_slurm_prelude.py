@@ -70,10 +70,15 @@ def test_mpi_hostfile_and_errors():
         plan_task(job, NAME, 0, ["a", "b"], str, JOBDIR, {}, job_id=1)
 
 
-def test_redaction_of_secret_values():
-    redact = redactor_of({"DLC_SLURM_SECRETS": json.dumps({"env": {"HF_TOKEN": "hf_abcdef123"}})})
+def test_redaction_of_secret_values(tmp_path):
+    secrets = tmp_path / ".secrets.json"
+    secrets.write_text(json.dumps({"env": {"HF_TOKEN": "hf_abcdef123"}}))
+    redact = redactor_of({"DLC_SLURM_SECRETS": str(secrets)})
     assert redact(b"token is hf_abcdef123\n") == b"token is ***\n"
     assert redactor_of({}) is None
+    # a file the job cannot read: one line saying why, no traceback
+    with pytest.raises(SystemExit, match="cannot read the job's secrets file .*: No such file"):
+        redactor_of({"DLC_SLURM_SECRETS": str(tmp_path / "gone.json")})
 
 
 class Conn:

@@ -16,15 +16,16 @@ from dlc_airflow.slurm.api import JobRecord
 from dlc_airflow.slurm.backend import (
     ENV_SECRETS,
     ENV_SPEC,
+    SECRETS_FILE,
     SECRETS_PLACEHOLDER,
     Folder,
     SlurmBackend,
     Target,
-    fill_secrets,
     job_status,
     memory_mib,
     parse_comment,
     quantity,
+    script_exports,
     with_try,
 )
 from dlc_airflow.spec import DLCJob
@@ -139,10 +140,10 @@ def test_environment_carries_the_spec_for_the_prelude_and_no_secret():
     spec = json.loads(env[ENV_SPEC])
     assert spec["env"]["PLAIN"] == "p" and spec["env"]["FROM_VAR"] == {"airflow_variable": "hf"}
     assert "s3cr3t-literal" not in json.dumps(request.__dict__)  # rendered output never holds a value
-    assert env[ENV_SECRETS] == SECRETS_PLACEHOLDER
-    filled = fill_secrets(request, j, {"env": {"API_TOKEN": "s3cr3t-literal", "FROM_VAR": "v"}})
-    assert json.loads(filled.environment[ENV_SECRETS]) == {"env": {"API_TOKEN": "s3cr3t-literal", "FROM_VAR": "v"}}
-    assert ENV_SECRETS not in render(job()).environment
+    # the prelude reads the values from the job's secrets file, removed when the batch script ends
+    assert env[ENV_SECRETS] == f"/shared/jobs/{NAME}/{SECRETS_FILE}"
+    assert f'rm -f "$jobdir/{SECRETS_FILE}"' in request.script
+    assert ENV_SECRETS not in render(job()).environment and SECRETS_FILE not in render(job()).script
 
 
 def test_a_slurm_job_is_its_script():
@@ -154,8 +155,9 @@ def test_a_slurm_job_is_its_script():
     env = request.environment
     assert env["GREETING"] == "hi" and env["DLC_JOB_TYPE"] == "slurm" and env["DB_PASSWORD"] == SECRETS_PLACEHOLDER
     assert "MASTER_ADDR" not in env and "pw-literal" not in request.script + json.dumps(env)
-    filled = fill_secrets(request, j, {"env": {"DB_PASSWORD": "pw-literal"}})
-    assert filled.environment["DB_PASSWORD"] == "pw-literal"
+    # the script exports the values from the secrets file before the user's script runs
+    assert "dlc_airflow.slurm.prelude export" in request.script and env[ENV_SECRETS].endswith(SECRETS_FILE)
+    assert script_exports({"env": {"DB_PASSWORD": "pw 'literal"}}) == "export DB_PASSWORD='pw '\"'\"'literal'\n"
     command = render(DLCJob(type="slurm", image="u", command=["python", "run.py", "a b"]))
     assert "exec python run.py 'a b'" in command.script
 
