@@ -97,6 +97,17 @@ RUN pip install --no-cache-dir /src \
     && mkdir -p /workspace \
     && chown dlc:dlc /workspace
 
+# An SSH server the image's user runs itself (an MPI worker's command:
+# `/usr/sbin/sshd -De -f /etc/ssh/dlc/sshd_config`): its own host key, an unprivileged port,
+# which the clients of this image use too. The keys users log in with are the job's
+# (dlc-airflow puts them in ~/.ssh).
+RUN mkdir -p /etc/ssh/dlc \
+    && ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/dlc/ssh_host_ed25519_key \
+    && printf '%s\n' 'Port 2222' 'HostKey /etc/ssh/dlc/ssh_host_ed25519_key' 'PidFile /tmp/sshd.pid' \
+       'UsePAM no' 'PasswordAuthentication no' 'KbdInteractiveAuthentication no' > /etc/ssh/dlc/sshd_config \
+    && chown -R dlc:dlc /etc/ssh/dlc \
+    && printf '%s\n' 'Host *' '    Port 2222' > /etc/ssh/ssh_config.d/dlc.conf
+
 USER 1000:1000
 WORKDIR /workspace
 CMD ["python3"]

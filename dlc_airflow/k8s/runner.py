@@ -99,10 +99,12 @@ class KubeRunner:
     def submit(self, job: DLCJob, name: str, identity: TaskIdentity | None, attempt: int) -> tuple[JobRef, bool]:
         """Create the job's objects, or complete and adopt them; returns (ref, created anything)."""
         from dlc_airflow.k8s.backends.jobsecret import fill_job_secret
+        from dlc_airflow.k8s.backends.sshkeys import fill_ssh_keys
 
         objects = self.backend.render(job, name, identity, attempt)
-        # the job's own Secret gets its values now: a missing variable fails before any create
+        # the job's own Secrets get their values now: a missing variable fails before any create
         objects, _ = fill_job_secret(objects, job, name)
+        objects = fill_ssh_keys(objects, name)
         objects[0]["metadata"].setdefault("annotations", {})[SPEC_ANNOTATION] = specpack.pack(job)
         ref = self.ref(job, name, attempt)
         created: list[Manifest] = []

@@ -256,3 +256,37 @@ def test_a_failing_ray_entrypoint_is_retried_on_a_new_cluster_then_fails(kube, a
     assert ti.state == "failed", task_log(text)
     assert text.count("entrypoint failing") >= 2, task_log(text)  # ran twice, on two clusters
     assert "exit code 3" in text and "RestartLimitExceeded" in text, task_log(text)
+
+
+# mpirun on the launcher starts 4 ranks over SSH on the 2 workers (2 slots each, our hostfile),
+# logging in with the job's own key pair; every rank checks an allreduce.
+MPI = '''
+import json, socket
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+total = comm.allreduce(rank + 1, op=MPI.SUM)
+assert total == size * (size + 1) // 2, total
+hosts = comm.gather(socket.gethostname(), root=0)
+if rank == 0:
+    print("mpi result " + json.dumps({"size": size, "allreduce": total, "hosts": sorted(set(hosts))}), flush=True)
+'''
+
+
+@pytest.mark.parametrize("backend", ["native", "jobset"])
+def test_mpirun_over_ssh_with_the_jobs_own_keys(kube, admin, controllers, k8s_conn, dag_files, frameworks, capfd,
+                                               backend):
+    script = create_script(admin, kube.namespace, MPI)
+    job = framework_job(script, type="mpi", slots_per_worker=2, roles={
+        "launcher": {"replicas": 1, "command": ["mpirun", "-np", "4", "/opt/venv/bin/python3", "/scripts/main.py"]},
+        "worker": {"replicas": 2, "command": ["/usr/sbin/sshd", "-De", "-f", "/etc/ssh/dlc/sshd_config"]}})
+    ti = run(dag_files, k8s_conn, job, backend)
+    text = "".join(capfd.readouterr())
+    assert ti.state == "success", task_log(text)
+    line = next(line for line in text.splitlines() if "mpi result " in line)
+    result, _ = json.JSONDecoder().raw_decode(line.split("mpi result ", 1)[1])
+    assert result["size"] == 4 and result["allreduce"] == 10, result
+    # the ranks ran on the two workers, none on the launcher
+    assert len(result["hosts"]) == 2 and all("-worker-" in host for host in result["hosts"]), result
+    assert "PRIVATE KEY" not in text  # the key pair is never logged

@@ -1,6 +1,6 @@
 """Offline schema checks for rendered manifests (test helper, not a test module).
 
-Built-in kinds (Job, Service, ConfigMap) are checked against the official Python client's
+Built-in kinds (Job, Service, ConfigMap, Secret) are checked against the official Python client's
 models, which are generated from the Kubernetes OpenAPI spec: every key must be a field of
 the model, nested models recursively, and required fields present. Custom resources are
 checked against the structural openAPIV3Schema of the CRDs in the repository's
@@ -29,7 +29,8 @@ CRD_FILES = {
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset/jobset.x-k8s.io_jobsets.yaml",
     ("ray.io/v1", "RayJob"): "kuberay/ray.io_rayjobs.yaml",
 }
-CORE_MODELS = {("batch/v1", "Job"): "V1Job", ("v1", "Service"): "V1Service", ("v1", "ConfigMap"): "V1ConfigMap"}
+CORE_MODELS = {("batch/v1", "Job"): "V1Job", ("v1", "Service"): "V1Service", ("v1", "ConfigMap"): "V1ConfigMap",
+               ("v1", "Secret"): "V1Secret"}
 
 
 def crd_path(rel: str) -> Path:

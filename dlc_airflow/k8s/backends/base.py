@@ -174,7 +174,8 @@ class Backend(ABC):
         """The kind whose objects `status()` reads (the one the waiting side watches)."""
 
     def kinds(self, job: DLCJob) -> list[ResourceKind]:
-        """Every kind render() produces, the watched one first (what stop deletes)."""
+        """Every kind render() produces, the watched one first (what stop deletes), but Secrets:
+        owned by the primary, they go with it (the runner's Role may not list Secrets)."""
         return [self.kind(job)]
 
     def primary_kinds(self) -> tuple[ResourceKind, ...]:

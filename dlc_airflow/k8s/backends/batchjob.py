@@ -4,6 +4,7 @@
 - `job_addressing`: `<name>-<role>-<i>.<name>` (Indexed Job pods behind a headless Service);
 - `hostfile_config_map`: the ConfigMap `<name>-hostfile` and its volume + mount, for the jobs
   `spec.hostfile_spec` says have a hostfile (path and slots come from there too);
+  `launcher_files`: that ConfigMap and the job's SSH keys (sshkeys), on native and JobSet;
 - `role_job_spec` / `pod_failure_rules`: a role's JobSpec (Indexed, podFailurePolicy, limits);
 - `jobs_status` / `replaced_failures`: the JobStatus of role Jobs (and their pods).
 
@@ -26,6 +27,7 @@ from dlc_airflow.k8s.backends.base import (
     ttl_seconds,
 )
 from dlc_airflow.k8s.backends.podspec import COMPLETION_INDEX_ANNOTATION, Volumes
+from dlc_airflow.k8s.backends.sshkeys import ssh_keys
 from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
 
@@ -83,6 +85,18 @@ def hostfile_config_map(
     volume = {"name": "hostfile", "configMap": {"name": cm_name}}
     mount = {"name": "hostfile", "mountPath": spec.path, "subPath": HOSTFILE_KEY, "readOnly": True}
     return cm, Volumes([volume], [mount])
+
+
+def launcher_files(
+    job: DLCJob, name: str, addr: wiring.Addressing, labels: Manifest, annotations: Manifest
+) -> tuple[list[Manifest], Volumes | None]:
+    """The hostfile ConfigMap and the SSH key Secret of a job launched over MPI, and their
+    volumes + mounts; ([], None) for the other jobs."""
+    hostfile, keys = hostfile_config_map(job, name, addr, labels, annotations), ssh_keys(job, name, labels, annotations)
+    if hostfile is None or keys is None:
+        return [], None
+    (config_map, files), (secret, key_files) = hostfile, keys
+    return [config_map, secret], Volumes(files.volumes + key_files.volumes, files.mounts + key_files.mounts)
 
 
 def pod_failure_rules(job: DLCJob, container: str) -> list[Manifest]:
@@ -212,13 +226,16 @@ def _has_index(intervals: str, index: int) -> bool:
     return False
 
 
-def tf_decider(jobs: list[Manifest]) -> Manifest | None:
-    """TensorFlow's deciding role Job (Kubeflow's TFJob success policy): the chief's, else the
-    workers' (their index 0 decides). None for the other types: every role Job must complete.
+def decider(jobs: list[Manifest]) -> Manifest | None:
+    """The role Job whose end decides the job's, as Kubeflow's operators have it: TensorFlow's
+    chief, else its workers (their index 0 decides: TFJob); MPI's launcher, whose workers
+    serve (sshd) until stopped (MPIJob). None for the other types: every role Job must complete.
 
     The type is the pod templates' DLC_JOB_TYPE; without one, roles only TensorFlow has tell."""
     by_role = {_role_of(o): o for o in jobs}
     kind = next((t for t in (_template_env(o, "DLC_JOB_TYPE") for o in jobs) if t), None)
+    if kind == JobType.mpi.value:
+        return by_role.get("launcher")
     tensorflow = kind == JobType.tensorflow.value if kind else bool(TF_ONLY_ROLES & set(by_role))
     return (by_role.get("chief") or by_role.get("worker")) if tensorflow else None
 
@@ -251,10 +268,11 @@ def jobs_status(jobs: list[Manifest]) -> JobStatus:
     base: JSONObject = {"roles": roles, "created": created, "started": started}
 
     # TensorFlow: the job succeeds when the chief does (worker 0 without a chief), whatever the
-    # parameter servers, evaluators and other workers do; the runner then settles those. Before
-    # the failures: a worker that fails once the chief is done does not undo the success, and
-    # a failure before it ends the chief's Job too (settle, or maxFailedIndexes for worker 0).
-    lead = tf_decider(jobs)
+    # parameter servers, evaluators and other workers do; MPI: when the launcher does. The
+    # runner then settles the others. Before the failures: a worker that fails once the lead is
+    # done does not undo the success, and a failure before it ends the lead's Job too (settle,
+    # or maxFailedIndexes for worker 0).
+    lead = decider(jobs)
     if lead is not None and _decided(lead):
         st = lead.get("status") or {}
         finished = latest([st.get("completionTime") or condition_time(lead, "Complete")

@@ -15,8 +15,10 @@ errors or for running out of time. activeDeadlineSeconds is per child Job (a res
 new deadline); ttlSecondsAfterFinished and suspend (Kueue) are set on the JobSet.
 
 successPolicy: All over every role; TensorFlow's chief alone decides (its workers without a
-chief), as in TFJob: parameter servers and evaluators never exit.
-MPI hostfiles: a ConfigMap `<name>-hostfile` (second object, owned by the JobSet).
+chief), as in TFJob: parameter servers and evaluators never exit; MPI's launcher alone, as in
+MPIJob: its workers serve sshd until stopped.
+MPI hostfiles: a ConfigMap `<name>-hostfile`, and the job's SSH keys, a Secret `<name>-ssh`
+(sshkeys.py), both owned by the JobSet.
 
 Failure reasons: ReachedMaxRestarts (failurePolicy.maxRestarts used up) is RestartLimitExceeded
 (reasons.py); our FailJobSet rule's reason is kept (the child Job's reason is not in the JobSet's
@@ -53,11 +55,12 @@ from dlc_airflow.k8s.backends.batchjob import (
     MAIN_CONTAINER,
     NO_RAY,
     SERVER_ROLES,
-    hostfile_config_map,
     job_addressing,
+    launcher_files,
     role_job_spec,
 )
 from dlc_airflow.k8s.backends.podspec import JOB_INDEX, pod_role_env, pod_template
+from dlc_airflow.k8s.backends.sshkeys import setup_lines
 from dlc_airflow.k8s.kinds import JOBSET
 from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
@@ -104,9 +107,8 @@ class JobSetBackend(Backend):
         addr = jobset_addressing(name, job)
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
-        extra, config_maps = None, []
-        if found := hostfile_config_map(job, name, addr, labels, annotations):
-            config_maps, extra = [found[0]], found[1]
+        files, extra = launcher_files(job, name, addr, labels, annotations)
+        lead = wiring.coordinator(job)
 
         replicated = []
         for role in ordered_roles(job.roles):
@@ -121,6 +123,7 @@ class JobSetBackend(Backend):
                 index=JOB_INDEX,
                 subdomain=None,  # JobSet sets the pods' subdomain to network.subdomain
                 extra=extra,
+                setup=setup_lines(job, role, lead),
             )
             job_meta: Manifest = {"labels": role_labels}
             if annotations:
@@ -157,6 +160,9 @@ class JobSetBackend(Backend):
             # TFJob's rule: the chief decides (the workers without a chief); parameter servers
             # and evaluators never count
             spec["successPolicy"]["targetReplicatedJobs"] = ["chief" if "chief" in job.roles else "worker"]
+        elif job.type is JobType.mpi:
+            # MPIJob's rule: the launcher decides; its workers serve (sshd) until stopped
+            spec["successPolicy"]["targetReplicatedJobs"] = ["launcher"]
         elif servers := [r for r in job.roles if r in SERVER_ROLES]:
             spec["successPolicy"]["targetReplicatedJobs"] = [r for r in ordered_roles(job.roles) if r not in servers]
         if (ttl := ttl_seconds(job)) is not None:
@@ -167,7 +173,7 @@ class JobSetBackend(Backend):
         if annotations:
             metadata["annotations"] = annotations
         jobset = {"apiVersion": JOBSET.api_version, "kind": "JobSet", "metadata": metadata, "spec": spec}
-        return [jobset, *config_maps]
+        return [jobset, *files]
 
     def _status(self, objects: list[Manifest], pods: Sequence[Pod] | None) -> JobStatus:
         if not objects:

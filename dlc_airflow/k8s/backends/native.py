@@ -7,7 +7,7 @@ Objects, in creation order:
    `<name>-<role>-<i>.<name>` (Indexed Job pods get hostname `<job>-<i>`; each pod template
    sets `subdomain: <name>`);
 3. for MPI (and DeepSpeed/Megatron with launcher="mpi"), a ConfigMap `<name>-hostfile`
-   mounted at the hostfile path in every pod;
+   mounted at the hostfile path in every pod, and the job's SSH key Secret `<name>-ssh`;
 4. the other roles' Jobs.
 
 Each role Job: completionMode Indexed, completions = parallelism = replicas,
@@ -30,7 +30,8 @@ refused with a pointer to the jobset backend (one Workload for the whole job).
 
 TensorFlow, as TFJob: the job succeeds when the chief's Job completes (index 0 of the workers
 without a chief), whatever parameter servers (which never exit), evaluators and the other
-workers do; the runner then stops the Jobs still running (`leftovers`), as it stops the
+workers do; MPI, as MPIJob: when the launcher's Job completes (its workers serve sshd until
+stopped; the job's SSH keys and the launcher's wait for its workers are in sshkeys.py). The runner then stops the Jobs still running (`leftovers`), as it stops the
 other roles' Jobs when one role's Job fails. It stops them without deleting them, since
 deleting the primary would delete the whole job, the failed Job too: `settle_patch` gives the
 Job a deadline already past, so the Job controller stops its pods and marks it Failed
@@ -69,14 +70,15 @@ from dlc_airflow.k8s.backends.batchjob import (
     MAIN_CONTAINER,
     NO_RAY,
     SETTLED_ANNOTATION,
-    hostfile_config_map,
     job_addressing,
     jobs_status,
+    launcher_files,
     replaced_failures,
     role_job_spec,
     settled,
 )
 from dlc_airflow.k8s.backends.podspec import JOB_INDEX, pod_role_env, pod_template
+from dlc_airflow.k8s.backends.sshkeys import setup_lines
 from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState, JobStatus, condition
 
@@ -112,10 +114,7 @@ class NativeBackend(Backend):
         addr = job_addressing(name, job)
         labels = object_labels(job, name, identity, attempt)
         annotations = object_annotations(job, identity)
-        extra = None
-        config_maps = []
-        if found := hostfile_config_map(job, name, addr, labels, annotations):
-            config_maps, extra = [found[0]], found[1]
+        files, extra = launcher_files(job, name, addr, labels, annotations)
 
         lead = wiring.coordinator(job)
         roles = [lead] + [r for r in ordered_roles(job.roles) if r != lead]
@@ -132,6 +131,7 @@ class NativeBackend(Backend):
                 index=JOB_INDEX,
                 subdomain=name,
                 extra=extra,
+                setup=setup_lines(job, role, lead),
             )
             metadata: Manifest = {"name": naming.child_name(name, role), "labels": {**role_labels, **queue_labels(job)}}
             if annotations:
@@ -139,7 +139,7 @@ class NativeBackend(Backend):
             jobs.append(
                 {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": role_job_spec(job, role, template)}
             )
-        return [jobs[0], self._service(job, name, labels, annotations), *config_maps, *jobs[1:]]
+        return [jobs[0], self._service(job, name, labels, annotations), *files, *jobs[1:]]
 
     @staticmethod
     def _service(job: DLCJob, name: str, labels: Manifest, annotations: Manifest) -> Manifest:

@@ -16,7 +16,7 @@ Index-dependent env (`wiring.IndexExpr`) becomes, per value:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dlc_airflow import wiring
@@ -352,8 +352,11 @@ def pod_template(
     extra: Volumes | None = None,
     ports: Iterable[Manifest] = (),
     run_command: bool = True,
+    setup: Sequence[str] = (),
 ) -> Manifest:
     """The pod template of `role`: main container, init containers, volumes, placement.
+
+    `setup`: shell lines the command wrapper runs before the command (sshkeys.setup_lines).
 
     `run_command=False` leaves the container's command to the operator (KubeRay starts
     `ray start` itself); `restart_policy=None` leaves it to the replica spec (Kubeflow).
@@ -374,7 +377,7 @@ def pod_template(
     entries, exports = env_and_exports({**git_safe_directory(job), **env, "DLC_OUTPUT_FILE": OUTPUT_FILE}, index)
     container: Manifest = {"name": container_name, "image": job.role_image(role)}
     if run_command:
-        container["command"] = wrap_command(job.role_command(role), exports)
+        container["command"] = wrap_command(job.role_command(role), [*setup, *exports])
     elif exports:
         computed = sorted(k for k, v in env.items() if isinstance(v, IndexExpr) and not v.is_plain_index)
         raise BackendError(f"roles.{role}: env {computed} is computed at start by a command wrapper, "
