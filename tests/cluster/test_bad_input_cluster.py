@@ -210,7 +210,10 @@ def test_a_namespace_without_the_role(cluster, admin, unbound_namespace, backend
     kube = cluster.restricted(unbound_namespace)
     with pytest.raises(Forbidden) as err:
         submit_or_adopt(KubeRunner(kube, get_backend(backend)), spec, identity(), base_name="rbac")
-    one_line(str(err.value), [SA, resource, f"namespace {unbound_namespace!r}", "Role and RoleBinding"])
+    assert err.value.identity == SA
+    # the message names the identity once, in the short form (ServiceAccount <namespace>/<name>)
+    one_line(str(err.value), [f"ServiceAccount {SA_NAMESPACE}/{SA_NAME}", resource, f"namespace {unbound_namespace!r}",
+                              "Role and RoleBinding"])
     assert err.value.permanent
     assert managed(cluster.admin(unbound_namespace), KINDS[backend]) == []  # seen as the admin
 
