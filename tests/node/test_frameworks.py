@@ -290,3 +290,20 @@ def test_mpirun_over_ssh_with_the_jobs_own_keys(kube, admin, controllers, k8s_co
     # the ranks ran on the two workers, none on the launcher
     assert len(result["hosts"]) == 2 and all("-worker-" in host for host in result["hosts"]), result
     assert "PRIVATE KEY" not in text  # the key pair is never logged
+
+
+def test_mpijob_under_the_training_operator(kube, admin, controllers, k8s_conn, dag_files, frameworks, capfd):
+    """The MPIJob's own mechanism: the operator copies kubectl into the launcher (from our
+    kubectl-delivery image) and mpirun starts the ranks through `kubectl exec` into the workers,
+    as the launcher's ServiceAccount, from inside the cluster."""
+    script = create_script(admin, kube.namespace, MPI)
+    job = framework_job(script, type="mpi", slots_per_worker=2, roles={
+        "launcher": {"replicas": 1, "command": ["mpirun", "-np", "4", "/opt/venv/bin/python3", "/scripts/main.py"]},
+        "worker": {"replicas": 2, "command": ["sleep", "infinity"]}})
+    ti = run(dag_files, k8s_conn, job, "kubeflow")
+    text = "".join(capfd.readouterr())
+    assert ti.state == "success", task_log(text)
+    line = next(line for line in text.splitlines() if "mpi result " in line)
+    result, _ = json.JSONDecoder().raw_decode(line.split("mpi result ", 1)[1])
+    assert result["size"] == 4 and result["allreduce"] == 10, result
+    assert len(result["hosts"]) == 2 and all("-worker-" in host for host in result["hosts"]), result
