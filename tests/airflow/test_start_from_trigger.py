@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dlc_airflow.airflow.compat import OFFERS
 from tests.support.airflow_stack import AirflowStack
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -56,7 +57,8 @@ def test_which_tasks_start_in_the_triggerer(kwargs, starts_in_triggerer):
 
     job = {"type": "batch", "image": "local", "command": ["true"], **kwargs.pop("job", {})}
     op = DLCJobOperator(task_id="t", backend="local", job=job, **kwargs)
-    assert bool(op.start_from_trigger) is starts_in_triggerer
+    assert op._would_start_in_triggerer is starts_in_triggerer
+    assert bool(op.start_from_trigger) is (starts_in_triggerer and OFFERS.start_from_trigger)  # Airflow 3.3+
 
 
 def test_a_plain_deferrable_task_never_reaches_a_worker(tmp_path):

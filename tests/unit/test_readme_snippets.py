@@ -172,7 +172,8 @@ def dags_of(namespace: dict) -> list:
 @pytest.mark.parametrize("snippet", PYTHON, ids=str)
 def test_python_snippet_runs_and_builds_its_dags(snippet, no_cluster, monkeypatch):
     from airflow.sdk import DAG
-    from airflow.serialization.encoders import coerce_to_core_timetable
+
+    from tests.support.airflow_versions import core_timetable
 
     calls: list[tuple[DAG, datetime]] = []
     monkeypatch.setattr(DAG, "test", lambda self, **kw: calls.append((self, kw["logical_date"])))
@@ -195,7 +196,7 @@ def test_python_snippet_runs_and_builds_its_dags(snippet, no_cluster, monkeypatc
     written = re.findall(r"dag\.test\(.*\[(\d{4}-\d\d-\d\d), (\d{4}-\d\d-\d\d)\)", snippet.text)
     assert len(calls) == len(written), f"{snippet}: every dag.test(...) line says which [start, end) it runs"
     for (dag, logical_date), (start, end) in zip(calls, written, strict=True):
-        interval = coerce_to_core_timetable(dag.timetable).infer_manual_data_interval(run_after=logical_date)
+        interval = core_timetable(dag.timetable).infer_manual_data_interval(run_after=logical_date)
         assert (interval.start, interval.end) == (datetime.fromisoformat(start).replace(tzinfo=UTC),
                                                   datetime.fromisoformat(end).replace(tzinfo=UTC))
 
