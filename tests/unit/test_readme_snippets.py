@@ -280,7 +280,11 @@ def test_the_install_section_names_every_extra_and_the_airflow_floor():
         assert f"`[{extra}]`" in install, f"the install section does not say what [{extra}] brings"
     (floor,) = [d for d in project["optional-dependencies"]["airflow"] if d.startswith("apache-airflow>=")]
     assert f"`{floor}`" in install
-    assert "constraints/constraints-py3.11.txt" in install and (REPO / "constraints/constraints-py3.11.txt").exists()
+    # an install line with its constraints file for each tested Airflow (make test and make test-compat)
+    compat = re.search(r"^VERSIONS=\(([^)]*)\)", (REPO / "scripts/test-compat").read_text(), re.M)
+    assert compat, "scripts/test-compat names its Airflow versions"
+    for name in ["constraints-py3.11.txt", *(f"constraints-{v}-py3.11.txt" for v in compat[1].split())]:
+        assert f"constraints/{name}" in install and (REPO / "constraints" / name).exists(), name
 
 
 # -- user-facing help ------------------------------------------------------------------------
