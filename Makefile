@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS ?= constraints/constraints-py3.11.txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install install-demo cluster slurm postgres browser lint test test-unit demo demo-cluster clean-cluster clean-slurm benchmarks soak
+.PHONY: install install-demo cluster slurm postgres browser lint test test-unit test-compat demo demo-cluster clean-cluster clean-slurm benchmarks soak
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ test: install-demo lint cluster slurm postgres browser
 
 test-unit: install
 	$(VENV)/bin/pytest -q -ra tests/unit
+
+# The older Airflows supported beside 3.3 (3.1.8, 3.2.2): a venv each with its constraints, cached
+# in ~/.cache/dlc-airflow/compat, then the unit suite and a lean end-to-end subset in each
+# (scripts/test-compat says which; the README says what it costs). `.ci/run` runs it after `make test`.
+test-compat:
+	PYTHON=$(PYTHON) scripts/test-compat
 
 demo: install-demo
 	$(PY) -m dlc_airflow.demo

@@ -2,6 +2,11 @@
 
     .venv/bin/python constraints/freeze.py > constraints/constraints-py3.11.txt
 
+and, in a venv of an older Airflow that `make test-compat` passed in (scripts/test-compat;
+the extras it installs, without the demo's; the file is named by that Airflow):
+
+    VENV/bin/python constraints/freeze.py --airflow > constraints/constraints-3.1.8-py3.11.txt
+
 It walks the installed distributions' requirements from dlc-airflow with the extras the
 Makefile installs (markers evaluated for this interpreter) and prints the pinned versions of
 exactly those, as `pip freeze --all --exclude-editable` spells them: packages installed by hand for other
@@ -20,6 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 EXTRAS = ("airflow", "test", "pai", "demo")
+COMPAT_EXTRAS = ("airflow", "test", "pai")  # make test-compat's venvs: no PyTorch
 ROOT = "dlc-airflow"
 
 
@@ -62,16 +68,24 @@ def frozen() -> list[str]:
 
 
 def main() -> int:
-    pins = closure(ROOT, EXTRAS)
+    compat = "--airflow" in sys.argv[1:]
+    extras = COMPAT_EXTRAS if compat else EXTRAS
+    python = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    name = f"constraints-{metadata.version('apache-airflow')}-{python}.txt" if compat else f"constraints-{python}.txt"
+    pins = closure(ROOT, extras)
     lines = [line for line in frozen() if canonicalize_name(re.split(r"[=@ ]", line, maxsplit=1)[0]) in pins]
     missing = set(pins) - {canonicalize_name(re.split(r"[=@ ]", line, maxsplit=1)[0]) for line in lines}
     if missing:
         print(f"not in pip freeze: {sorted(missing)}", file=sys.stderr)
         return 1
-    print(f"# The tested set: what `pip install -e \".[{','.join(EXTRAS)}]\"` installed on Python "
+    print(f"# The tested set: what `pip install -e \".[{','.join(extras)}]\"` installed on Python "
           f"{sys.version_info.major}.{sys.version_info.minor}, and the tests passed with.")
-    print("# The Makefile installs with `-c` this file. Regenerate: .venv/bin/python constraints/freeze.py > "
-          f"constraints/constraints-py{sys.version_info.major}.{sys.version_info.minor}.txt")
+    if compat:
+        print("# scripts/test-compat (make test-compat) installs with `-c` this file. Regenerate in its venv: "
+              f"VENV/bin/python constraints/freeze.py --airflow > constraints/{name}")
+    else:
+        print(f"# The Makefile installs with `-c` this file. Regenerate: .venv/bin/python constraints/freeze.py > "
+              f"constraints/{name}")
     for line in sorted(lines, key=str.lower):
         print(line)
     return 0

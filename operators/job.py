@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowTaskTimeout
+from airflow.sdk.exceptions import AirflowException
 
+from dlc_airflow.airflow.compat import AirflowFailException, AirflowTaskTimeout
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, XCOM_REF
 from dlc_airflow.airflow.links import LINKS
 from dlc_airflow.finish import OnFinish
@@ -131,16 +132,24 @@ class DLCJobOperator(BaseOperator):
         renders with a plain Jinja, without the DAG's macros), no outlets and no OpenLineage
         (Airflow emits both only on workers). Mapped tasks never do (Airflow sets it per class
         for them), nor a task with start_in_triggerer=False (Airflow 3.3 sends the whole
-        serialized DAG with each such trigger: hundreds in one DAG swamp the triggerer).
+        serialized DAG with each such trigger: hundreds in one DAG swamp the triggerer), nor
+        any task on Airflow 3.1 and 3.2 (dlc_airflow.airflow.compat).
         dag.test ignores it: it runs `execute`."""
         from airflow.triggers.base import StartTriggerArgs
 
+        from dlc_airflow.airflow.compat import OFFERS
         from dlc_airflow.airflow.lineage import lineage_listener_on
         from dlc_airflow.airflow.start import backstop
         from dlc_airflow.spec.fields import templated_anywhere
 
+        # Airflow 3.1 and 3.2 never start a task in the triggerer: it starts on a worker, then
+        # defers; execute says so (self._would_start_in_triggerer)
+        self._would_start_in_triggerer = False
         if not (self.deferrable and self.wait_for_completion and self.start_in_triggerer) or self.outlets \
                 or lineage_listener_on() or templated_anywhere(self.job) or templated_anywhere(self.namespace):
+            return
+        self._would_start_in_triggerer = True
+        if not OFFERS.start_from_trigger:
             return
         self.start_from_trigger = True
         self.start_trigger_args = StartTriggerArgs(
@@ -155,6 +164,7 @@ class DLCJobOperator(BaseOperator):
 
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
+        from dlc_airflow.airflow.compat import say_degraded
         from dlc_airflow.airflow.lifecycle import (
             StartRequest,
             TaskState,
@@ -172,6 +182,9 @@ class DLCJobOperator(BaseOperator):
             job = parse_job(self.job, source=f"job of task {self.task_id}")
         except SpecError as exc:  # a template rendered into something invalid: no retry helps
             raise AirflowFailException(str(exc)) from None
+        say_degraded(self.log, "task_state_store")  # what this Airflow lacks, and the path taken instead
+        if self._would_start_in_triggerer:
+            say_degraded(self.log, "start_from_trigger")
         ti, state = context["ti"], TaskState(context.get("task_state_store"))
         identity = identity_of(ti, context.get("dag_run"))
         self._try = identity.try_number

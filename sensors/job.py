@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.bases.sensor import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException
 
+from dlc_airflow.airflow.compat import AirflowFailException
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, XCOM_REF
 from dlc_airflow.arguments import ArgumentError
 from dlc_airflow.jobref import JobRef

@@ -161,7 +161,7 @@ class TaskState:
 def failing_for_good() -> Iterator[None]:
     """Errors no retry can fix (a refused spec, a forbidden namespace, bad credentials: their
     `permanent`) fail the task at once; the others leave it to Airflow's retries."""
-    from airflow.sdk.exceptions import AirflowFailException
+    from dlc_airflow.airflow.compat import AirflowFailException
 
     try:
         yield

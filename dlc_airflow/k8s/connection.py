@@ -102,7 +102,8 @@ class KubeConnection:
         credentials then), as the provider's hook has it."""
         from airflow.sdk import Connection
         from airflow.sdk.bases.hook import BaseHook
-        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from dlc_airflow.airflow.compat import AirflowNotFoundException
 
         try:
             return BaseHook.get_connection(conn_id)

@@ -22,7 +22,9 @@ __all__ = ["cadence_timetable", "retraining_dag"]
 def cadence_timetable(cadence: str | timedelta, timezone: str = "UTC") -> Any:
     """A data-interval timetable for `cadence`: a cron expression (or @daily, @hourly...)
     or a timedelta."""
-    from airflow.sdk import CronDataIntervalTimetable, DeltaDataIntervalTimetable
+    from dlc_airflow.airflow.compat import data_interval_timetables
+
+    CronDataIntervalTimetable, DeltaDataIntervalTimetable = data_interval_timetables()
 
     if isinstance(cadence, timedelta):
         if cadence <= timedelta(0):

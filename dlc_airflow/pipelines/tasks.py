@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from dlc_airflow.airflow.compat import AirflowFailException, AirflowSkipException
 from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.pipelines import lineage as lin
 from dlc_airflow.pipelines.assets import model_asset, promotions

@@ -32,13 +32,17 @@ def is_sensitive(name: str) -> bool:
     its default names plus [core] sensitive_var_conn_names, unless hide_sensitive_var_conn_fields
     is off), whether or not its secrets masker is configured in this process."""
     from airflow.sdk._shared.secrets_masker import DEFAULT_SENSITIVE_FIELDS, SecretsMasker
-    from airflow.sdk.configuration import conf
 
+    from dlc_airflow.airflow.compat import config
+
+    conf = config()
+    if not conf.getboolean("core", "hide_sensitive_var_conn_fields", fallback=True):
+        return False  # read here: Airflow 3.1's masker reads it from airflow.settings, once per process
     masker = SecretsMasker()
     extra = conf.get("core", "sensitive_var_conn_names", fallback="") or ""
     masker.sensitive_variables_fields = sorted(
         set(DEFAULT_SENSITIVE_FIELDS) | {f.strip() for f in extra.split(",") if f.strip()})
-    masker.hide_sensitive_var_conn_fields = conf.getboolean("core", "hide_sensitive_var_conn_fields", fallback=True)
+    masker.hide_sensitive_var_conn_fields = True
     return bool(masker.should_hide_value_for_key(name))
 
 
@@ -125,7 +129,8 @@ def _variable(entry: Entry, key: str) -> str:
 
 def _connection_field(entry: Entry, ref: AirflowConnectionRef) -> str:
     from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from dlc_airflow.airflow.compat import AirflowNotFoundException
 
     conn_id, field = ref.airflow_connection, ref.field
     try:

@@ -7,11 +7,16 @@ path; a submit the admin's policy refuses fails the task at once, without retrie
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
+from dlc_airflow.airflow.compat import DEGRADED, OFFERS
+from tests.airflow.test_ui_browser import get
 from tests.support.airflow_stack import AirflowStack
+from tests.support.browser import token
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -56,14 +61,16 @@ def test_which_tasks_start_in_the_triggerer(kwargs, starts_in_triggerer):
 
     job = {"type": "batch", "image": "local", "command": ["true"], **kwargs.pop("job", {})}
     op = DLCJobOperator(task_id="t", backend="local", job=job, **kwargs)
-    assert bool(op.start_from_trigger) is starts_in_triggerer
+    assert op._would_start_in_triggerer is starts_in_triggerer
+    assert bool(op.start_from_trigger) is (starts_in_triggerer and OFFERS.start_from_trigger)  # Airflow 3.3+
 
 
-def test_a_plain_deferrable_task_never_reaches_a_worker(tmp_path):
+def test_a_plain_deferrable_task_never_reaches_a_worker_where_airflow_can(tmp_path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "sft.py").write_text(DAG.format(root=str(tmp_path / "jobs")))
-    with AirflowStack(tmp_path / "home", dags, env={"PYTHONPATH": str(REPO)},
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    with AirflowStack(tmp_path / "home", dags, env={"PYTHONPATH": pythonpath},
                       components=("api-server", "scheduler", "dag-processor", "triggerer")) as stack:
         stack.wait_for_dag("sft")
         stack.airflow("dags", "unpause", "sft")
@@ -75,10 +82,23 @@ def test_a_plain_deferrable_task_never_reaches_a_worker(tmp_path):
             "SELECT task_id, key, value FROM xcom WHERE dag_id = 'sft'")}
         plain_log = stack.task_log("sft", run["run_id"], "plain")
         refused_log = stack.task_log("sft", run["run_id"], "refused")
-    # started in the triggerer: never queued for a worker; the templated one was
-    assert tis["plain"]["state"] == "success" and tis["plain"]["queued_dttm"] is None, tis["plain"]
-    assert tis["templated"]["state"] == "success" and tis["templated"]["queued_dttm"] is not None
-    assert "started in the triggerer: no worker slot" in plain_log, plain_log[-3000:]
+        # the provider's UI plugin loaded once, cleanly, in this Airflow's api-server, and serves its pages
+        base = f"http://127.0.0.1:{stack.port}"
+        jwt = token(base, "admin", "any")  # SIMPLE_AUTH_MANAGER_ALL_ADMINS
+        code, body = get(base, "/api/v2/plugins/importErrors", jwt)
+        assert code == 200 and json.loads(body)["total_entries"] == 0, body
+        plugins = json.loads(get(base, "/api/v2/plugins", jwt)[1])["plugins"]
+        assert [p["name"] for p in plugins].count("dlc_airflow") == 1, plugins
+        code, page = get(base, f"/dlc/runs/sft/{quote(run['run_id'], safe='')}", jwt)
+        assert code == 200 and "plain" in page, page[-2000:]
+    assert tis["plain"]["state"] == "success" and tis["templated"]["queued_dttm"] is not None
+    assert tis["templated"]["state"] == "success"
+    if OFFERS.start_from_trigger:  # started in the triggerer: never queued for a worker; the templated one was
+        assert tis["plain"]["queued_dttm"] is None, tis["plain"]
+        assert "started in the triggerer: no worker slot" in plain_log, plain_log[-3000:]
+    else:  # Airflow 3.1, 3.2: on a worker, then deferred, and the log says so once
+        assert tis["plain"]["queued_dttm"] is not None, tis["plain"]
+        assert plain_log.count(DEGRADED["start_from_trigger"]) == 1, plain_log[-3000:]
     result = xcoms[("plain", "return_value")]
     assert result["state"] == "SUCCEEDED" and result["roles"]["worker"]["succeeded"] == 2
     where = xcoms[("plain", "dlc_job")]

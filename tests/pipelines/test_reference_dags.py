@@ -13,7 +13,9 @@ DAGS = Path(__file__).resolve().parents[2] / "dags"
 def dagbag(tmp_path_factory):
     import os
 
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.support.airflow_versions import dagbag_class
+
+    DagBag = dagbag_class()
 
     os.environ.setdefault("DLC_LINEAGE_ROOT", f"file://{tmp_path_factory.mktemp('lineage')}")
     return DagBag(dag_folder=str(DAGS))

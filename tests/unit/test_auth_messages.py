@@ -301,8 +301,7 @@ def test_a_task_reaches_the_cluster_without_the_providers_hook_module(tmp_path):
 def test_a_missing_default_connection_is_an_empty_one_as_in_the_provider(monkeypatch):
     """kubernetes_default not defined: the cluster's own credentials (in-cluster or the
     kubeconfig) apply, as with the provider's hook; any other missing id is an error."""
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
+    from dlc_airflow.airflow.compat import AirflowNotFoundException
     from dlc_airflow.k8s.connection import KubeConnection
 
     monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", raising=False)

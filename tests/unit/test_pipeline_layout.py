@@ -61,7 +61,9 @@ def test_store_round_trips_through_object_storage(tmp_path):
 
 
 def test_cadence_becomes_a_data_interval_timetable():
-    from airflow.sdk import CronDataIntervalTimetable, DeltaDataIntervalTimetable
+    from dlc_airflow.airflow.compat import data_interval_timetables
+
+    CronDataIntervalTimetable, DeltaDataIntervalTimetable = data_interval_timetables()
 
     from dlc_airflow.pipelines import cadence_timetable
 

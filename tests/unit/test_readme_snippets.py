@@ -173,7 +173,8 @@ def dags_of(namespace: dict) -> list:
 @pytest.mark.parametrize("snippet", PYTHON, ids=str)
 def test_python_snippet_runs_and_builds_its_dags(snippet, no_cluster, monkeypatch):
     from airflow.sdk import DAG
-    from airflow.serialization.encoders import coerce_to_core_timetable
+
+    from tests.support.airflow_versions import core_timetable
 
     calls: list[tuple[DAG, datetime]] = []
     monkeypatch.setattr(DAG, "test", lambda self, **kw: calls.append((self, kw["logical_date"])))
@@ -196,7 +197,7 @@ def test_python_snippet_runs_and_builds_its_dags(snippet, no_cluster, monkeypatc
     written = re.findall(r"dag\.test\(.*\[(\d{4}-\d\d-\d\d), (\d{4}-\d\d-\d\d)\)", snippet.text)
     assert len(calls) == len(written), f"{snippet}: every dag.test(...) line says which [start, end) it runs"
     for (dag, logical_date), (start, end) in zip(calls, written, strict=True):
-        interval = coerce_to_core_timetable(dag.timetable).infer_manual_data_interval(run_after=logical_date)
+        interval = core_timetable(dag.timetable).infer_manual_data_interval(run_after=logical_date)
         assert (interval.start, interval.end) == (datetime.fromisoformat(start).replace(tzinfo=UTC),
                                                   datetime.fromisoformat(end).replace(tzinfo=UTC))
 
@@ -280,7 +281,11 @@ def test_the_install_section_names_every_extra_and_the_airflow_floor():
         assert f"`[{extra}]`" in install, f"the install section does not say what [{extra}] brings"
     (floor,) = [d for d in project["optional-dependencies"]["airflow"] if d.startswith("apache-airflow>=")]
     assert f"`{floor}`" in install
-    assert "constraints/constraints-py3.11.txt" in install and (REPO / "constraints/constraints-py3.11.txt").exists()
+    # an install line with its constraints file for each tested Airflow (make test and make test-compat)
+    compat = re.search(r"^VERSIONS=\(([^)]*)\)", (REPO / "scripts/test-compat").read_text(), re.M)
+    assert compat, "scripts/test-compat names its Airflow versions"
+    for name in ["constraints-py3.11.txt", *(f"constraints-{v}-py3.11.txt" for v in compat[1].split())]:
+        assert f"constraints/{name}" in install and (REPO / "constraints" / name).exists(), name
 
 
 # -- user-facing help ------------------------------------------------------------------------

@@ -115,8 +115,9 @@ def test_a_deep_copy_of_the_dag_links_its_own_tasks():
 
 def test_a_parsed_dag_file_stores_the_dependency(tmp_path):
     """Through Airflow's own DagBag and serializer, as the dag-processor stores the DAG."""
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.serialization.serialized_objects import DagSerialization
+    from tests.support.airflow_versions import dag_serialization, dagbag_class
+
+    DagBag, DagSerialization = dagbag_class(), dag_serialization()
 
     (tmp_path / "sensing.py").write_text(textwrap.dedent('''
         from datetime import datetime, timezone
