@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS ?= constraints/constraints-py3.11.txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install install-demo cluster slurm postgres browser lint test test-unit test-compat demo demo-cluster clean-cluster clean-slurm benchmarks soak
+.PHONY: install install-demo cluster slurm postgres browser podman lint test test-unit test-compat demo demo-cluster clean-cluster clean-slurm benchmarks soak
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -44,13 +44,18 @@ postgres:
 browser:
 	scripts/browser-deps
 
+# Debian's podman (apt): its Docker-compatible API for the tests that start a throwaway
+# container through testcontainers (after `cluster`: it runs containers with the node's runc).
+podman: cluster
+	scripts/podman-local up
+
 # ruff (lint) and mypy (types: the library, operators, sensors); settings in pyproject.toml
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
 # The test command: lint, then unit, local-backend, cluster and Airflow end-to-end tests.
-test: install-demo lint cluster slurm postgres browser
+test: install-demo lint cluster slurm postgres browser podman
 	$(VENV)/bin/pytest -q -ra --durations=40
 
 test-unit: install

@@ -8,8 +8,8 @@ import json
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from dlc_airflow.runtime import env
 from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.runtime import env
 
 
 def describe() -> JSONObject:
