@@ -31,12 +31,13 @@ refused with a pointer to the jobset backend (one Workload for the whole job).
 TensorFlow, as TFJob: the job succeeds when the chief's Job completes (index 0 of the workers
 without a chief), whatever parameter servers (which never exit), evaluators and the other
 workers do; MPI, as MPIJob: when the launcher's Job completes (its workers serve sshd until
-stopped; the job's SSH keys and the launcher's wait for its workers are in sshkeys.py). The runner then stops the Jobs still running (`leftovers`), as it stops the
-other roles' Jobs when one role's Job fails. It stops them without deleting them, since
-deleting the primary would delete the whole job, the failed Job too: `settle_patch` gives the
-Job a deadline already past, so the Job controller stops its pods and marks it Failed
-(DeadlineExceeded; ttlSecondsAfterFinished then applies as to any finished Job), and an
-annotation tells the status mapping that this failure is ours, not the job's.
+stopped; the job's SSH keys and the launcher's wait for its workers are in sshkeys.py). The
+runner then stops the Jobs still running (`leftovers`), as it stops the other roles' Jobs
+when one role's Job fails. It stops them without deleting them, since deleting the primary
+would delete the whole job, the failed Job too: `settle_patch` gives the Job a deadline
+already past, so the Job controller stops its pods and marks it Failed (DeadlineExceeded;
+ttlSecondsAfterFinished then applies as to any finished Job), and an annotation tells the
+status mapping that this failure is ours, not the job's.
 
 The batch/v1 pieces (addressing, hostfile ConfigMap, role JobSpec, status of role Jobs) are in
 batchjob.py, shared with the jobset backend. Failure reasons (reasons.py): a replica out of
