@@ -36,7 +36,7 @@ with DAG("sft", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.u
     DLCJobOperator(task_id="templated", backend="local", local_root={root!r}, deferrable=True,
                    job={{**JOB, "env": {{"RUN": "{{{{ run_id }}}}"}}}})
     DLCJobOperator(task_id="refused", backend="local", local_root={root!r}, deferrable=True,
-                   job={{**JOB, "storage": [{{"type": "host_path", "path": "/", "mount_path": "/host"}}]}})
+                   job={{**JOB, "env": {{"HF_TOKEN": {{"airflow_variable": "sft_no_such_variable"}}}}}})
 '''
 
 
@@ -106,7 +106,8 @@ def test_a_plain_deferrable_task_never_reaches_a_worker_where_airflow_can(tmp_pa
     assert xcoms[("plain", "_link_DLCJobReportLink")].endswith("/dlc/jobs/sft/" + run["run_id"].replace(":", "%3A")
                                                                 .replace("+", "%2B") + "/plain")
     assert xcoms[("plain", "_link_DLCJobFolderLink")] == f"file://{tmp_path / 'jobs'}/{result['job_name']}"
-    # the policy refuses the host path: failed at once, no retry (retries=2), nothing submitted
+    # a secret env value from a Variable that does not exist, found when the job starts: failed
+    # at once, no retry (retries=2: no retry creates a Variable), nothing submitted
     assert (tis["refused"]["state"], tis["refused"]["try_number"]) == ("failed", 1), tis["refused"]
-    assert "storage[0].path: host path '/'" in refused_log, refused_log[-3000:]
+    assert "HF_TOKEN" in refused_log and "sft_no_such_variable" in refused_log, refused_log[-3000:]
     assert not [p for p in (tmp_path / "jobs").iterdir() if p.name.startswith("refused")]

@@ -4,7 +4,9 @@
 2. Downward API `fieldRef`s, read from the pod's own metadata (the completion-index
    annotation the Job controller wrote on this pod, labels, name...);
 3. the shell prelude: the pod's real container command is run with /bin/sh, the user's
-   argv replaced by `env -0`, with 1. and 2. as its environment.
+   argv replaced by `env -0`, with 1. and 2. as its environment. Its setup steps that need
+   the pod's volumes and peers (an MPI job's SSH keys, the launcher's wait for its workers:
+   k8s/backends/sshkeys.py) are left out; tests/node runs them for real.
 
 Test helper, not a test module. kwok does not run containers, so this is how the tests see
 what a framework would read on a real node.
@@ -16,6 +18,7 @@ import re
 import subprocess
 
 from dlc_airflow.k8s.backends.podspec import PRELUDE_ARGV0
+from dlc_airflow.k8s.backends.sshkeys import INSTALL_KEYS
 
 _FIELD = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")
 _PLAIN_FIELDS = {
@@ -27,6 +30,7 @@ _PLAIN_FIELDS = {
 }
 # Enough for `exec "$@"` to find `env`; removed from the result again.
 _PATH = "/usr/local/bin:/usr/bin:/bin"
+_WAIT_FOR_HOSTS = re.compile(r"for h in \$\(cut -d' ' -f1 [^)]*\); do .*?; done; done; ")
 
 
 def field_value(pod: dict, path: str) -> str:
@@ -60,7 +64,8 @@ def container_env(pod: dict, container_name: str = "main") -> dict[str, str]:
     env = static_env(pod, container)
     command = container.get("command") or []
     if command[:2] == ["/bin/sh", "-c"] and len(command) > 3 and command[3] == PRELUDE_ARGV0:
-        argv = command[:4] + ["env", "-0"]  # the prelude, then `env` instead of the user's program
+        script = _WAIT_FOR_HOSTS.sub("", command[2].replace(INSTALL_KEYS + "; ", ""))
+        argv = ["/bin/sh", "-c", script, PRELUDE_ARGV0, "env", "-0"]  # `env` instead of the user's program
     else:
         argv = ["env", "-0"]
     added_path = "PATH" not in env
