@@ -43,8 +43,9 @@ def test_second_submit_adopts(kube):
     assert [r.name for r in runner.find(ident, mpi_job())] == [name]
 
 
-def test_half_made_job_is_completed_by_the_next_submit(kube):
-    """A worker that died after creating the first object: the retry adopts it and creates the rest."""
+def test_half_made_job_is_completed_by_the_next_submit(kube, admin):
+    """A worker that died after creating the first object: the retry adopts it and creates the rest
+    (the job's SSH key Secret too, read back as the admin: the runner's Role may not read Secrets)."""
     runner = KubeRunner(kube, get_backend("native"))
     ident = identity()
     name = job_name("mpi", ident, 1)
@@ -54,7 +55,8 @@ def test_half_made_job_is_completed_by_the_next_submit(kube):
     assert created  # the missing objects were created
     assert ref.uid == primary["metadata"]["uid"]
     for obj in objects[1:]:
-        made = kube.get(kind_of(obj), obj["metadata"]["name"])
+        reader = admin if obj["kind"] == "Secret" else kube
+        made = reader.get(kind_of(obj), obj["metadata"]["name"], kube.namespace)
         assert made["metadata"]["ownerReferences"][0]["uid"] == primary["metadata"]["uid"]
 
 
