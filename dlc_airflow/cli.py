@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -157,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from dlc_airflow.jobs_cli import user_errors
 
+    # Commands that read Airflow's config or connections import Airflow, whose import logs at
+    # info level on some versions (3.1: alembic's plugins); this tool's output is its own lines
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
