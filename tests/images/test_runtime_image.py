@@ -17,7 +17,7 @@ SOCKET = Path(os.environ.get("DLC_PODMAN_STATE", Path.home() / ".cache" / "dlc-a
 
 
 @pytest.fixture(scope="module")
-def docker_api(pytestconfig):
+def docker_api():
     """testcontainers pointed at Podman's API (only for these tests: the cluster tests would
     otherwise take a Docker API for one to run k3s in)."""
     if not SOCKET.exists():
@@ -25,15 +25,10 @@ def docker_api(pytestconfig):
         if IN_CI:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    saved = {k: os.environ.get(k) for k in ("DOCKER_HOST", "TESTCONTAINERS_RYUK_DISABLED")}
-    os.environ["DOCKER_HOST"] = f"unix://{SOCKET}"
-    os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"  # its reaper image is on Docker Hub
-    yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DOCKER_HOST", f"unix://{SOCKET}")
+        env.setenv("TESTCONTAINERS_RYUK_DISABLED", "true")  # its reaper image is on Docker Hub
+        yield
 
 
 def built(variable: str) -> str:

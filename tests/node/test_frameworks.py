@@ -26,6 +26,13 @@ def run(dag_files, conn_id: str, job: dict, backend: str, **kwargs):
     return dag.test().get_task_instance("train")
 
 
+def reported(text: str, marker: str) -> dict:
+    """The JSON a workload printed after `marker` (the task log's line goes on after it)."""
+    line = next(line for line in text.splitlines() if marker in line)
+    result, _ = json.JSONDecoder().raw_decode(line.split(marker, 1)[1])
+    return result
+
+
 def framework_job(script: str, **spec) -> dict:
     spec.setdefault("resources", SMALL)
     storage = [{"type": "config_map", "name": script, "mount_path": "/scripts", "read_only": True},
@@ -234,8 +241,7 @@ def test_ray_tasks_run_on_the_head_and_the_worker_under_kuberay(kube, admin, con
     ti = run(dag_files, k8s_conn, job, "ray")
     text = "".join(capfd.readouterr())
     assert ti.state == "success", task_log(text)
-    line = next(line for line in text.splitlines() if "ray result " in line)
-    result, _ = json.JSONDecoder().raw_decode(line.split("ray result ", 1)[1])  # the log line goes on after it
+    result = reported(text, "ray result ")
     # 6 tasks: squares of 0..5, two nodes, three tasks pinned to each
     assert result["nodes"] == 2 and result["sum"] == 55, result
     # the driver ran on the head pod, the tasks on the head and on the worker pod (hostnames are
@@ -274,21 +280,28 @@ if rank == 0:
 '''
 
 
-@pytest.mark.parametrize("backend", ["native", "jobset"])
-def test_mpirun_over_ssh_with_the_jobs_own_keys(kube, admin, controllers, k8s_conn, dag_files, frameworks, capfd,
-                                               backend):
-    script = create_script(admin, kube.namespace, MPI)
+def run_mpi(admin, namespace: str, dag_files, k8s_conn, backend: str, worker_command: list[str], capfd) -> str:
+    """The MPI job above on `backend`, its workers running `worker_command`; checks what the
+    ranks reported and returns the task log."""
+    script = create_script(admin, namespace, MPI)
     job = framework_job(script, type="mpi", slots_per_worker=2, roles={
         "launcher": {"replicas": 1, "command": ["mpirun", "-np", "4", "/opt/venv/bin/python3", "/scripts/main.py"]},
-        "worker": {"replicas": 2, "command": ["/usr/sbin/sshd", "-De", "-f", "/etc/ssh/dlc/sshd_config"]}})
+        "worker": {"replicas": 2, "command": worker_command}})
     ti = run(dag_files, k8s_conn, job, backend)
     text = "".join(capfd.readouterr())
     assert ti.state == "success", task_log(text)
-    line = next(line for line in text.splitlines() if "mpi result " in line)
-    result, _ = json.JSONDecoder().raw_decode(line.split("mpi result ", 1)[1])
+    result = reported(text, "mpi result ")
     assert result["size"] == 4 and result["allreduce"] == 10, result
     # the ranks ran on the two workers, none on the launcher
     assert len(result["hosts"]) == 2 and all("-worker-" in host for host in result["hosts"]), result
+    return text
+
+
+@pytest.mark.parametrize("backend", ["native", "jobset"])
+def test_mpirun_over_ssh_with_the_jobs_own_keys(kube, admin, controllers, k8s_conn, dag_files, frameworks, capfd,
+                                               backend):
+    text = run_mpi(admin, kube.namespace, dag_files, k8s_conn, backend,
+                   ["/usr/sbin/sshd", "-De", "-f", "/etc/ssh/dlc/sshd_config"], capfd)
     assert "PRIVATE KEY" not in text  # the key pair is never logged
 
 
@@ -296,14 +309,4 @@ def test_mpijob_under_the_training_operator(kube, admin, controllers, k8s_conn, 
     """The MPIJob's own mechanism: the operator copies kubectl into the launcher (from our
     kubectl-delivery image) and mpirun starts the ranks through `kubectl exec` into the workers,
     as the launcher's ServiceAccount, from inside the cluster."""
-    script = create_script(admin, kube.namespace, MPI)
-    job = framework_job(script, type="mpi", slots_per_worker=2, roles={
-        "launcher": {"replicas": 1, "command": ["mpirun", "-np", "4", "/opt/venv/bin/python3", "/scripts/main.py"]},
-        "worker": {"replicas": 2, "command": ["sleep", "infinity"]}})
-    ti = run(dag_files, k8s_conn, job, "kubeflow")
-    text = "".join(capfd.readouterr())
-    assert ti.state == "success", task_log(text)
-    line = next(line for line in text.splitlines() if "mpi result " in line)
-    result, _ = json.JSONDecoder().raw_decode(line.split("mpi result ", 1)[1])
-    assert result["size"] == 4 and result["allreduce"] == 10, result
-    assert len(result["hosts"]) == 2 and all("-worker-" in host for host in result["hosts"]), result
+    run_mpi(admin, kube.namespace, dag_files, k8s_conn, "kubeflow", ["sleep", "infinity"], capfd)
