@@ -233,6 +233,9 @@ def _check_scheduling(job: DLCJob) -> None:
         raise _refuse("scheduling.spot", "DLC's spot jobs do not fall back to regular instances: use spot='require'")
     if sched.queue_priority is not None:
         raise _refuse("scheduling.queue_priority", "a Kueue priority; DLC's is priority_class (1-9)")
+    if sched.topology is not None:
+        raise _refuse("scheduling.topology", "Kueue's topology-aware placement; DLC places a job's nodes "
+                      "itself: drop it")
     if sched.priority_class is not None:
         priority(sched.priority_class)
 

@@ -176,6 +176,9 @@ class SlurmBackend:
             raise _refuse("scheduling.service_account: Slurm jobs run as the connection's user: remove it")
         if sched.queue_priority:
             raise _refuse("scheduling.queue_priority: a Kueue priority; on Slurm use priority_class (a QOS)")
+        if sched.topology:
+            raise _refuse("scheduling.topology: Kueue's topology-aware placement; Slurm places a job by its own "
+                          "topology plugin (a partition on one switch, scheduling.queue): remove it")
         from dlc_airflow.secrets.resolve import entries
         from dlc_airflow.spec.envsource import SecretKeyRef
 

@@ -34,6 +34,7 @@ from dlc_airflow.spec.models import (
     Scheduling,
     SecretMount,
     Storage,
+    Topology,
     hostfile_spec,
 )
 
@@ -61,6 +62,7 @@ __all__ = [
     "SecretMount",
     "SpecError",
     "Storage",
+    "Topology",
     "hostfile_spec",
     "is_templated",
     "json_schema",

@@ -312,6 +312,37 @@ class CodeSource(_Model):
         return check_image(value, "image")
 
 
+class Topology(_Model):
+    """Kueue's topology-aware scheduling (TAS) for every pod set of the job: keep its pods within
+    one domain of a level (a rack, a block), named by the node label of that level, as Kueue's
+    Topology lists it (e.g. cloud.provider.com/topology-rack, or kubernetes.io/hostname)."""
+
+    required: str | None = Field(None, description="node label of the level the pods must share "
+                                 "(the job waits until one domain of it fits them all)")
+    preferred: str | None = Field(None, description="node label of the level the pods should share "
+                                  "(Kueue spreads them to the next level up when none fits)")
+    slice_level: str | None = Field(None, description="with slice_size: each group of slice_size "
+                                    "pods must share a domain of this level")
+    slice_size: int | None = Field(None, ge=1, description="pods per slice (with slice_level)")
+
+    @field_validator("required", "preferred", "slice_level")
+    @classmethod
+    def _level(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            check_label_key(value, f"scheduling.topology.{info.field_name}: node label")
+        return value
+
+    @model_validator(mode="after")
+    def _one_level(self) -> Topology:
+        if (self.required is None) == (self.preferred is None):
+            raise ValueError("scheduling.topology needs exactly one of required or preferred (a node label "
+                             "such as cloud.provider.com/topology-rack)")
+        if (self.slice_level is None) != (self.slice_size is None):
+            raise ValueError("scheduling.topology: slice_level and slice_size go together (each slice_size "
+                             "pods share a domain of slice_level)")
+        return self
+
+
 class Scheduling(_Model):
     queue: str | None = Field(None, description="Kueue LocalQueue name")
     queue_priority: str | None = Field(
@@ -327,6 +358,9 @@ class Scheduling(_Model):
     include_nodes: list[str] = Field(default_factory=list, description="only these nodes")
     exclude_nodes: list[str] = Field(default_factory=list, description="never these nodes")
     service_account: str | None = None
+    topology: Topology | None = Field(
+        None, description="Kueue topology-aware placement of the pods (needs queue and a flavor with a Topology)"
+    )
 
     @field_validator("node_selector")
     @classmethod
@@ -369,6 +403,9 @@ class Scheduling(_Model):
         if self.queue_priority is not None and self.queue is None:
             raise ValueError(f"queue_priority {self.queue_priority!r} is a Kueue priority and needs a queue: "
                              "set scheduling.queue too, or drop queue_priority")
+        if self.topology is not None and self.queue is None:
+            raise ValueError("scheduling.topology is placed by Kueue and needs a queue: set scheduling.queue "
+                             "to a LocalQueue whose ClusterQueue has a flavor with a Topology")
         return self
 
 

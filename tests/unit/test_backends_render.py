@@ -860,3 +860,34 @@ def test_native_refuses_a_queue_on_a_multi_role_job():
     assert job["spec"]["suspend"] is True and job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     jobset = render("jobset", make("pytorch", {"master": 1, "worker": 2}, scheduling={"queue": "team-a"}))[0]
     assert jobset["spec"]["suspend"] is True
+
+
+# -- Kueue's topology-aware scheduling -----------------------------------------------------------
+
+TOPOLOGY_CASES = [("native", "batch", {"worker": 3}), ("jobset", "pytorch", RICH_ROLES["pytorch"]),
+                  ("jobset", "mpi", RICH_ROLES["mpi"]), ("kubeflow", "tensorflow", RICH_ROLES["tensorflow"]),
+                  ("trainer", "pytorch", TRAINER_ROLES["pytorch"]), ("ray", "ray", RICH_ROLES["ray"])]
+
+
+@pytest.mark.parametrize(("backend", "job_type", "roles"), TOPOLOGY_CASES)
+def test_topology_goes_on_every_pod_set_kueue_reads(backend, job_type, roles):
+    rack, host = "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
+    required = make(job_type, roles, scheduling={"queue": "team-a", "topology": {"required": rack}})
+    sliced = make(job_type, roles, scheduling={"queue": "team-a", "topology": {
+        "preferred": rack, "slice_level": host, "slice_size": 2}})
+    for job, expected in ((required, {podspec.TAS_REQUIRED_ANNOTATION: rack}),
+                          (sliced, {podspec.TAS_PREFERRED_ANNOTATION: rack, podspec.TAS_SLICE_LEVEL_ANNOTATION: host,
+                                    podspec.TAS_SLICE_SIZE_ANNOTATION: "2"})):
+        objects = render(backend, job)
+        templates = [t for obj in objects for _, t in pod_templates(obj)]
+        assert templates, f"{backend}: no pod template found"
+        for template in templates:
+            annotations = template["metadata"].get("annotations") or {}
+            assert {k: annotations.get(k) for k in expected} == expected
+        assert [p for o in objects for p in validate(o)] == []
+
+
+def test_without_topology_no_tas_annotation():
+    objects = render("jobset", make("pytorch", RICH_ROLES["pytorch"], scheduling={"queue": "team-a"}))
+    text = json.dumps(objects)
+    assert "podset-required-topology" not in text and "podset-preferred-topology" not in text

@@ -343,6 +343,7 @@ REFUSALS = [
     ("scheduling.service_account", {"scheduling": {"service_account": "trainer"}}),
     ("scheduling.queue_priority", {"scheduling": {"queue": "quota1", "queue_priority": "production"}}),
     ("scheduling.spot", {"scheduling": {"spot": "prefer"}}),
+    ("scheduling.topology", {"scheduling": {"queue": "quota1", "topology": {"required": "cloud.provider.com/topology-rack"}}}),
     ("fault_tolerance.retryable_exit_codes", {"fault_tolerance": {"max_restarts": 2, "retryable_exit_codes": [1]}}),
     ("fault_tolerance.restart_on_preemption", {"fault_tolerance": {"restart_on_preemption": False}}),
     ("annotations.example.com/owner", {"annotations": {"example.com/owner": "me"}}),

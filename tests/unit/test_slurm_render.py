@@ -72,6 +72,7 @@ def test_registered_with_the_types_it_runs():
     (dict(scheduling={"tolerations": [{"key": "k", "operator": "Exists"}]}), "scheduling.tolerations"),
     (dict(scheduling={"service_account": "trainer"}), "scheduling.service_account"),
     (dict(scheduling={"queue": "gpu", "queue_priority": "production"}), "scheduling.queue_priority"),
+    (dict(scheduling={"queue": "gpu", "topology": {"required": "cloud.provider.com/topology-rack"}}), "scheduling.topology"),
     (dict(env={"PW": {"secret": "db", "key": "password"}}), "env.PW: a Kubernetes Secret cannot be read on Slurm"),
 ])
 def test_what_slurm_cannot_run_is_refused_naming_the_field(spec, field):

@@ -44,6 +44,15 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU feature discov
 RDMA_RESOURCE = "rdma/hca"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
+# Kueue's topology-aware scheduling (TAS): on each pod set's template, the level its pods share.
+TAS_REQUIRED_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
+TAS_PREFERRED_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
+TAS_SLICE_LEVEL_ANNOTATION = "kueue.x-k8s.io/podset-slice-required-topology"
+TAS_SLICE_SIZE_ANNOTATION = "kueue.x-k8s.io/podset-slice-size"
+# Pod sets of one group share one domain; Kueue groups exactly two, one of them a single pod.
+TAS_GROUP_ANNOTATION = "kueue.x-k8s.io/podset-group-name"
+TAS_GROUP = "job"
+
 # The runtime writes the job's outputs/metrics JSON here; the kubelet copies it into the
 # container's terminated state, where the waiting side reads it without logs or exec.
 OUTPUT_FILE = "/dev/termination-log"
@@ -423,6 +432,24 @@ def pod_template(
     spec["enableServiceLinks"] = False  # hundreds of *_SERVICE_* vars help no one, and slow starts
     spec.update(scheduling_fields(job, res))
     metadata: Manifest = {"labels": dict(labels)}
-    if annotations:
-        metadata["annotations"] = dict(annotations)
+    if annotations := {**annotations, **topology_annotations(job)}:
+        metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": spec}
+
+
+def topology_annotations(job: DLCJob) -> dict[str, str]:
+    """Kueue's TAS annotations of a pod set, from scheduling.topology. Every pod set gets the
+    same, so each role's pods share a domain; a job of two roles, one a single pod (master +
+    workers, head + workers, launcher + workers), is one group: all its pods share one domain.
+    Kueue groups no more than two pod sets, and none with slices."""
+    topology = job.scheduling.topology
+    if topology is None:
+        return {}
+    out = {TAS_REQUIRED_ANNOTATION: topology.required} if topology.required else \
+        {TAS_PREFERRED_ANNOTATION: str(topology.preferred)}
+    if topology.slice_level and topology.slice_size:
+        out[TAS_SLICE_LEVEL_ANNOTATION] = topology.slice_level
+        out[TAS_SLICE_SIZE_ANNOTATION] = str(topology.slice_size)
+    elif len(job.roles) == 2 and min(role.replicas for role in job.roles.values()) == 1:
+        out[TAS_GROUP_ANNOTATION] = TAS_GROUP
+    return out

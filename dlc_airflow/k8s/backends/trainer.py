@@ -66,6 +66,7 @@ from dlc_airflow.k8s.backends.podspec import (
     scheduling_fields,
     shm_volume,
     storage_volumes,
+    topology_annotations,
 )
 from dlc_airflow.k8s.kinds import TRAIN_JOB
 from dlc_airflow.spec import MPI_HOSTFILE, DLCJob, hostfile_spec
@@ -207,8 +208,8 @@ class TrainerBackend(Backend):
         for rj in names:
             role = "launcher" if rj == LAUNCHER_JOB else "worker"
             pod_meta: Manifest = {"labels": object_labels(job, name, identity, attempt, role)}
-            if annotations:
-                pod_meta["annotations"] = annotations
+            if pod_annotations := {**annotations, **topology_annotations(job)}:
+                pod_meta["annotations"] = pod_annotations
             pod_spec: Manifest = dict(scheduling_fields(job, res))
             if volumes:
                 pod_spec["volumes"] = volumes
