@@ -83,16 +83,23 @@ class Progress:
         self.queued_since: float | None = now - queued_already
         self.last_said = now
         self.blocked = ""  # why the job cannot start (FailedCreate...), from its events
+        self.position = ""  # where it stands in its queue, as last said
 
-    def step(self, batch: list[JobStatus], now: float, why: str | None = None) -> Step:
-        """One turn: the statuses that arrived since the last (oldest first), and the reason the
-        job cannot start when one was asked for (`time_to_ask_why`)."""
+    def step(self, batch: list[JobStatus], now: float, why: str | None = None,
+             position: str | None = None) -> Step:
+        """One turn: the statuses that arrived since the last (oldest first), and, when they were
+        asked for (`time_to_ask_why`), the reason the job cannot start and where it stands in
+        its queue."""
         info: list[str] = []
         changes: list[Change] = []
         for status in batch:
             changes.append(Change(self.last, status))
             info += self.update(status, now)
         changed = bool(info)
+        if position and position != self.position and self.last is not None and self.last.state in QUEUED_STATES:
+            self.position = position  # said on change only (not news about the job: no log read)
+            self.last_said = now
+            info.append(f"job {self.job}: {position}")
         if not batch and (beat := self.heartbeat(now)):
             info.append(beat)  # a line, no logs: see log_every
         warnings = self.cannot_start(why, now) if why is not None else []

@@ -15,7 +15,8 @@ from datetime import datetime
 
 from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jsonvalue import JSONObject
-from dlc_airflow.runner import Event, EventSource, JobRunner, LogLine, LogPositions, Outputs, Replica
+from dlc_airflow.progress import QUEUED_STATES
+from dlc_airflow.runner import Event, EventSource, JobRunner, LogLine, LogPositions, Outputs, QueueSource, Replica
 from dlc_airflow.status import JobStatus
 
 MAX_LOG_LINES = 20_000  # read for the metric curves; a report never needs more
@@ -34,11 +35,12 @@ def job_report(runner: JobRunner, info: JobInfo) -> JSONObject:
             break
         lines.extend(new)
     events = runner.events(ref) if isinstance(runner, EventSource) else []
-    return build_report(info, status, runner.replicas(ref), events, lines, runner.outputs(ref))
+    position = runner.queue_position(ref) if isinstance(runner, QueueSource) and status.state in QUEUED_STATES else ""
+    return build_report(info, status, runner.replicas(ref), events, lines, runner.outputs(ref), position)
 
 
 def build_report(info: JobInfo, status: JobStatus, replicas: list[Replica], events: list[Event],
-                 log_lines: list[LogLine], outputs: Outputs) -> JSONObject:
+                 log_lines: list[LogLine], outputs: Outputs, queue_position: str = "") -> JSONObject:
     ref = info.ref
     return {
         "job": {
@@ -47,7 +49,7 @@ def build_report(info: JobInfo, status: JobStatus, replicas: list[Replica], even
             "map_index": info.map_index, "try": info.try_number, "state": status.state.value,
             "reason": status.reason, "message": status.message, "restarts": status.restarts,
             "created": _iso(status.created or info.created), "started": _iso(status.started),
-            "finished": _iso(status.finished), **status.durations(),
+            "finished": _iso(status.finished), **status.durations(), "queue_position": queue_position,
         },
         "roles": {role: counts.model_dump() for role, counts in status.roles.items()},
         "replicas": [replica_row(r) for r in replicas],

@@ -243,6 +243,14 @@ class EventSource(Protocol):
 
 
 @runtime_checkable
+class QueueSource(Protocol):
+    """The backend queues jobs and can tell where a queued one stands (Kueue's visibility API)."""
+
+    def queue_position(self, ref: JobRef) -> str:
+        """Where the queued job stands, in words ('' when it is not pending or nobody says)."""
+
+
+@runtime_checkable
 class Settler(Protocol):
     """Parts of a finished job may run on (a native job's parameter servers): `settle`."""
 

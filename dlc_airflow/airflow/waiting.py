@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.progress import Progress, Verdict
-from dlc_airflow.runner import Event, EventSource, JobRunner, Log, LogPositions, Replica, replica_order
+from dlc_airflow.runner import Event, EventSource, JobRunner, Log, LogPositions, QueueSource, Replica, replica_order
 from dlc_airflow.status import JobStatus
 
 LOG_EVERY = 2.0  # seconds between log fetches while a job runs (a worker's wait)
@@ -73,6 +73,17 @@ def why_not_started(runner: JobRunner, ref: JobRef, log: Log) -> str:
     return f"{newest.object}: {newest.message}" if newest is not None else ""
 
 
+def where_queued(runner: JobRunner, ref: JobRef, log: Log) -> str:
+    """Where the queued job stands in its queue ('' where the backend cannot say)."""
+    if not isinstance(runner, QueueSource):
+        return ""
+    try:
+        return runner.queue_position(ref)
+    except Exception as exc:  # noqa: BLE001 - the wait goes on without it
+        log.debug("could not read the queue position of %s: %s", ref.name, exc)
+        return ""
+
+
 def log_replicas(replicas: Sequence[Replica] | None) -> Sequence[Replica] | None:
     """The replicas whose logs are streamed: the first LOG_REPLICAS in rank order, and failed ones."""
     if not replicas:
@@ -106,8 +117,11 @@ class WaitIO:
         """One turn with the updates that arrived since the last; the verdict when the wait is over."""
         if batch:
             self.replicas = batch[-1][1]
-        why = why_not_started(self.runner, self.ref, self.log) if self.progress.time_to_ask_why(now) else None
-        step = self.progress.step([status for status, _ in batch], now, why=why)
+        why = position = None
+        if self.progress.time_to_ask_why(now):
+            why = why_not_started(self.runner, self.ref, self.log)
+            position = where_queued(self.runner, self.ref, self.log)
+        step = self.progress.step([status for status, _ in batch], now, why=why, position=position)
         for line in step.info:
             self.log.info("%s", line)
         for line in step.warnings:

@@ -23,12 +23,13 @@ from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONDict
 from dlc_airflow.k8s.api import Manifest, Pod, as_events, as_pods
 from dlc_airflow.k8s.backends import kueue
-from dlc_airflow.k8s.backends.base import Backend, stop_annotations
+from dlc_airflow.k8s.backends.base import KUEUE_QUEUE_LABEL, Backend, stop_annotations
 from dlc_airflow.k8s.client import KubeClient
 from dlc_airflow.k8s.errors import AuthError, Conflict, KubeConfigError, KubeError, NotFound
 from dlc_airflow.k8s.events import event_of, is_job_event
 from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, WORKLOAD, ResourceKind, kind_of, kinds_detail, ref_kinds
 from dlc_airflow.k8s.pods import CONTAINER, MESSAGE, POD_NAME, STARTED_PHASES, replicas_of, stamped_line
+from dlc_airflow.k8s.queues import PENDING
 from dlc_airflow.k8s.waiter import JobWaiter
 from dlc_airflow.k8s.watch import REGISTRY, JobObjects
 from dlc_airflow.naming import (
@@ -74,6 +75,7 @@ class KubeRunner:
         self.namespace = self.place = namespace or client.namespace
         # waits on the same cluster (and credentials) share one watch per namespace and kind
         self.cluster_key = cluster_key or client.server
+        self._queues: dict[str, str] = {}  # job name -> its Kueue LocalQueue ('' for none)
 
     def follow(self, ref: JobRef) -> JobWaiter:
         """Reports the job's status changes through the process's shared watches."""
@@ -314,6 +316,20 @@ class KubeRunner:
             return self.client.list(WORKLOAD, ref.place, labels={LABEL_JOB: ref.name})[0]
         except KubeError:
             return []
+
+    # -- the QueueSource capability ----------------------------------------------------
+    def queue_position(self, ref: JobRef) -> str:
+        """Where the queued job stands in its Kueue LocalQueue and ClusterQueue, and what waits
+        ahead of it (the process's shared reader of the queue: dlc_airflow.k8s.queues)."""
+        if ref.name not in self._queues:  # the job's queue, read once
+            labels = [(o.get("metadata") or {}).get("labels") or {} for o in self.objects(ref)]
+            self._queues[ref.name] = next((ls[KUEUE_QUEUE_LABEL] for ls in labels if KUEUE_QUEUE_LABEL in ls), "")
+        queue = self._queues[ref.name]
+        if not queue or not ref.uid:
+            return ""
+        pending, workloads = PENDING.read(self.client, self.cluster_key, ref.place, queue)
+        position = kueue.queue_position(pending, ref.uid, workloads)
+        return position.describe() if position is not None else ""
 
     # -- the EventSource capability ----------------------------------------------------
     def events(self, ref: JobRef, seen: Collection[str] = ()) -> list[Event]:

@@ -202,6 +202,7 @@ def error_page(title: str, message: str, status: int) -> str:
 # job page sections
 
 SUMMARY_FIELDS = (("name", "Job"), ("state", "State"), ("reason", "Reason"), ("message", "Message"),
+                  ("queue_position", "Queue"),
                   ("backend", "Backend"), ("namespace", "Namespace"), ("uid", "UID"), ("attempt", "Attempt"),
                   ("dag_id", "DAG"), ("run_id", "Run"), ("task_id", "Task"), ("map_index", "Map index"),
                   ("try", "Try"), ("restarts", "Restarts"), ("created", "Created"), ("started", "Started"),

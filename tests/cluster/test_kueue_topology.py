@@ -73,6 +73,8 @@ def test_required_rack_puts_every_pod_in_one_rack(tas_queue, backend):
                    if (ps.get("count") or 0) > 0 and ps["name"] != "submitter")
     finally:
         runner.delete(ref)
+        # the pool is small: the next test starts on empty nodes
+        wait_for(lambda: not job_pods(admin, kube.namespace, ref.name) or None, timeout=60, what="the pods gone")
 
 
 def test_a_job_no_rack_can_hold_stays_queued_with_kueues_reason(tas_queue):

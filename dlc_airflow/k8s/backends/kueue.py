@@ -12,9 +12,12 @@ k8s/rbac/role.yaml); without them the status says only "suspended".
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from dlc_airflow import reasons
 from dlc_airflow.k8s.api import Manifest
 from dlc_airflow.k8s.backends.base import KUEUE_QUEUE_LABEL, ON_PREEMPTION_LABEL
+from dlc_airflow.k8s.backends.podspec import GPU_RESOURCE
 from dlc_airflow.status import JobState, JobStatus
 
 
@@ -92,3 +95,60 @@ def with_kueue_verdict(status: JobStatus, workloads: list[Manifest], objects: li
 def fails_on_preemption(objects: list[Manifest]) -> bool:
     """The job's fault tolerance says a preemption fails it (restart_on_preemption off)."""
     return any(((o.get("metadata") or {}).get("labels") or {}).get(ON_PREEMPTION_LABEL) == "fail" for o in objects)
+
+
+# -- where a queued job stands (Kueue's visibility API) --------------------------------------
+
+
+@dataclass(frozen=True)
+class QueuePosition:
+    """A pending job's place: 1-based positions, and what waits ahead of it in its LocalQueue."""
+
+    local_queue: str
+    in_local_queue: int
+    in_cluster_queue: int
+    ahead: int  # workloads ahead of it in its LocalQueue
+    gpus_ahead: int  # GPUs those ask for
+
+    def describe(self) -> str:
+        ahead = "nothing ahead" if not self.ahead else \
+            f"{self.ahead} workload{'s' if self.ahead != 1 else ''} ahead asking {self.gpus_ahead} GPU" \
+            f"{'s' if self.gpus_ahead != 1 else ''}"
+        return (f"queue position {self.in_local_queue} in LocalQueue {self.local_queue} "
+                f"({self.in_cluster_queue} in its ClusterQueue); {ahead}")
+
+
+def queue_position(pending: list[Manifest], job_uid: str, workloads: list[Manifest]) -> QueuePosition | None:
+    """Where the job whose primary object has `job_uid` stands among its LocalQueue's pending
+    workloads (the visibility API's list, positions 0-based), with the GPUs of the workloads
+    ahead of it read from `workloads` (the namespace's, by name); None when it is not pending."""
+    mine = [p for p in pending if any(o.get("uid") == job_uid for o in (p.get("metadata") or {}).get("ownerReferences") or [])]
+    if not mine:
+        return None
+    me = min(mine, key=lambda p: int(p.get("positionInLocalQueue") or 0))
+    position = int(me.get("positionInLocalQueue") or 0)
+    ahead = [str((p.get("metadata") or {}).get("name")) for p in pending
+             if int(p.get("positionInLocalQueue") or 0) < position]
+    by_name = {str((w.get("metadata") or {}).get("name")): w for w in workloads}
+    return QueuePosition(local_queue=str(me.get("localQueueName") or ""), in_local_queue=position + 1,
+                         in_cluster_queue=int(me.get("positionInClusterQueue") or 0) + 1, ahead=len(ahead),
+                         gpus_ahead=sum(workload_gpus(by_name[n]) for n in ahead if n in by_name))
+
+
+def workload_gpus(workload: Manifest) -> int:
+    """GPUs a Workload asks for: every pod set's count x its containers' GPU requests."""
+    total = 0
+    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+        spec = ((pod_set.get("template") or {}).get("spec")) or {}
+        per_pod = sum(_quantity(((c.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE)
+                                or ((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE))
+                      for c in spec.get("containers") or [])
+        total += int(pod_set.get("count") or 0) * per_pod
+    return total
+
+
+def _quantity(value: object) -> int:
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0
