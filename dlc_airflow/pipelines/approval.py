@@ -61,6 +61,7 @@ class Approval:
                 raise ValueError(f"Approval.assigned_users: {user!r} is not a user id (a non-empty string, "
                                  "or {'id': ..., 'name': ...})")
         object.__setattr__(self, "assigned_users", tuple(self.assigned_users))
+        self.notifiers()  # validates
 
     def users(self) -> list[dict[str, str]]:
         """The HITL request's assigned users ({"id", "name"})."""
