@@ -1,20 +1,22 @@
 """Pipelines: preprocess -> train -> inference TaskGroups, incremental retraining DAGs and
 checkpoint lineage keyed by data interval.
 
-    from dlc_airflow.pipelines import Gate, retraining_dag, training_pipeline
+    from dlc_airflow.pipelines import Approval, Gate, retraining_dag, training_pipeline
 
-Airflow is imported lazily (DAG parse time matters): dlc_airflow.pipelines.lineage and
-.layout are pure and import nothing of Airflow.
+Airflow is imported lazily (DAG parse time matters): dlc_airflow.pipelines.lineage,
+.approval and .layout are pure and import nothing of Airflow.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from dlc_airflow.pipelines.approval import Approval
 from dlc_airflow.pipelines.layout import Layout
 from dlc_airflow.pipelines.lineage import Gate, Interval, LineageBlocked, LineageError
 
 __all__ = [
+    "Approval",
     "Gate",
     "Interval",
     "Layout",

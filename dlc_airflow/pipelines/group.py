@@ -13,6 +13,10 @@ reads them), templated from the run's data interval and the lineage tasks' XComs
     inference   DLC_DATA_URI, DLC_MODEL_URI = the model to run (commit or promote XCom),
                 DLC_OUTPUT_URI = <root>/<lineage>/predictions/<interval>
 
+With `approval=` a person approves the promotion (dlc_airflow.pipelines.approval):
+
+    commit ──> gate ──> approve ──> promote ──> inference
+
 One lineage never trains twice at once: the lineage task of interval k waits (Airflow's
 depends_on_past + wait_for_downstream) until interval k-1's lineage, train, commit and
 promote tasks succeeded, so training runs in interval order, one at a time, while the
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.pipelines.approval import Approval
 from dlc_airflow.pipelines.layout import INTERVAL_KEY_TEMPLATE, Layout
 from dlc_airflow.pipelines.lineage import Gate
 from dlc_airflow.spec import DLCJob, load_job, parse_job
@@ -72,11 +77,17 @@ _PIPELINE_SETS = ("task_id", "job", "backend", "conn_id", "namespace", "local_ro
                   "notify")
 
 
-def _check_arguments(gate: Any, keep_last: Any, operator_kwargs: Any, train_kwargs: Any) -> None:
+def _check_arguments(gate: Any, keep_last: Any, operator_kwargs: Any, train_kwargs: Any,
+                     approval: Any = None) -> None:
     """At DAG parse time, one line each: these would otherwise fail with a TypeError deep
     inside the pipeline, or only when the first model is gated."""
     if gate is not None and not isinstance(gate, Gate):
         raise ValueError(f"gate must be a Gate(metric, threshold, mode) or None, not {gate!r}")
+    if approval is not None and not isinstance(approval, Approval):
+        raise ValueError(f"approval must be an Approval(timeout=..., assigned_users=...) or None, not {approval!r}")
+    if approval is not None and gate is None:
+        raise ValueError("approval needs a gate: the approver sees what the metric gate compared "
+                         "(e.g. gate=Gate('accuracy', 0.0) to approve every model by hand)")
     if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
         raise ValueError(f"keep_last must be a whole number >= 1 (checkpoints kept per interval), not {keep_last!r}")
     for what, extra in (("operator_kwargs", operator_kwargs), ("train_kwargs", train_kwargs)):
@@ -110,6 +121,7 @@ def training_pipeline(
     train_kwargs: JSONObject | None = None,
     keep_last: int | None = None,
     notify: Any = None,
+    approval: Approval | None = None,
 ) -> Any:
     """Add the pipeline to the current DAG as a TaskGroup `group_id` and return the group.
 
@@ -132,13 +144,16 @@ def training_pipeline(
     :param train_kwargs: more arguments for the training operator only.
     :param keep_last: checkpoints kept per interval (default: the training job's, else 2).
     :param notify: Airflow notifiers told of every job's state changes (DLCJobOperator's notify).
+    :param approval: a person approves each promotion the gate would make, in the Airflow UI's
+        Required Actions (Approval(timeout, on_timeout, assigned_users, notify); needs `gate`).
+        Reject, or no answer in time, skips promote and inference.
     """
     from airflow.sdk import TaskGroup
 
     from dlc_airflow.operators import DLCJobOperator
     from dlc_airflow.pipelines.assets import data_asset
     from dlc_airflow.pipelines.store import check_openable
-    from dlc_airflow.pipelines.tasks import CommitOperator, LineageOperator, PromoteOperator
+    from dlc_airflow.pipelines.tasks import CommitOperator, GateOperator, LineageOperator, PromoteOperator
 
     layout = Layout(storage_root, lineage, mount_path)
     if layout.job_root is None:
@@ -147,7 +162,11 @@ def training_pipeline(
             "(and mount it into them with a storage entry, e.g. a CSI volume for the object store)"
         )
     check_openable(layout.root)
-    _check_arguments(gate, keep_last, operator_kwargs, train_kwargs)
+    _check_arguments(gate, keep_last, operator_kwargs, train_kwargs, approval)
+    if approval is not None:
+        from dlc_airflow.pipelines.hitl import check_support
+
+        check_support()  # at parse time: an Airflow or standard provider without HITL says so here
     pre_job, train_job, infer_job = _job(preprocess, "preprocess"), _job(train, "train"), _job(inference, "inference")
 
     common_env = {
@@ -159,7 +178,8 @@ def training_pipeline(
         "DLC_STORAGE_DIR": layout.job_root,
     }
     gid = group_id
-    ids = {name: f"{gid}.{name}" for name in ("lineage", "preprocess", "train", "commit", "promote", "inference")}
+    ids = {name: f"{gid}.{name}"
+           for name in ("lineage", "preprocess", "train", "commit", "gate", "promote", "inference")}
     model_source = ids["promote"] if gate is not None else ids["commit"]
 
     pre_spec = _with_env(pre_job, "preprocess", {**common_env, "DLC_OUTPUT_URI": layout.data_template()})
@@ -198,8 +218,18 @@ def training_pipeline(
         # lineage task (wait_for_downstream) waits until they succeeded.
         resolve >> commit
         if gate is not None:
-            promote = PromoteOperator(task_id="promote", commit_task_id=ids["commit"], metric=gate.metric,
-                                      threshold=gate.threshold, mode=gate.mode, **store_kwargs)
+            gate_kwargs: dict[str, Any] = dict(commit_task_id=ids["commit"], metric=gate.metric, threshold=gate.threshold,
+                               mode=gate.mode, **store_kwargs)
+            # with an approval, promote also runs when approve skipped itself (nothing to approve);
+            # a rejection skips promote itself (the ApprovalOperator's own rule)
+            promote = PromoteOperator(task_id="promote", trigger_rule="none_failed" if approval else "all_success",
+                                      **gate_kwargs)
+            if approval is not None:
+                from dlc_airflow.pipelines.hitl import approval_operator
+
+                verdict = GateOperator(task_id="gate", **gate_kwargs)
+                approve = approval_operator(approval, task_id="approve", gate_task_id=ids["gate"])
+                commit >> verdict >> approve >> promote
             commit >> promote >> infer
             resolve >> promote
         else:

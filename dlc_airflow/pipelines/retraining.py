@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.pipelines.approval import Approval
 from dlc_airflow.pipelines.lineage import Gate
 
 __all__ = ["cadence_timetable", "retraining_dag"]
@@ -53,6 +54,7 @@ def retraining_dag(
     storage_root: str,
     lineage: str | None = None,
     gate: Gate | None = None,
+    approval: Approval | None = None,
     end_date: datetime | None = None,
     timezone: str = "UTC",
     catchup: bool = False,
@@ -71,7 +73,8 @@ def retraining_dag(
     must still be able to start while later runs wait for it. Other keyword arguments go
     to training_pipeline (backend, conn_id, mount_path, storage_conn_id, operator_kwargs,
     notify...). The lineage's promoted model is an Airflow Asset (`model_asset(storage_root,
-    lineage)`): a DAG scheduled on it runs after each promotion.
+    lineage)`): a DAG scheduled on it runs after each promotion. With `approval`
+    (Approval(...), needs `gate`) a person approves each promotion in the Airflow UI first.
     """
     from airflow.sdk import DAG
 
@@ -88,5 +91,6 @@ def retraining_dag(
         dag_kwargs["max_active_runs"] = max_active_runs
     with DAG(dag_id, **dag_kwargs) as dag:
         training_pipeline(preprocess=preprocess, train=train, inference=inference, storage_root=storage_root,
-                          lineage=lineage or dag_id, gate=gate, group_id=group_id, **pipeline_kwargs)
+                          lineage=lineage or dag_id, gate=gate, approval=approval, group_id=group_id,
+                          **pipeline_kwargs)
     return dag

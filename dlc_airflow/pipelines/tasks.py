@@ -8,6 +8,8 @@ small dict (its XCom) that later tasks template into job specs:
   its checkpoint and metrics) or failed in the manifest; fails itself when training did.
 - PromoteOperator: the evaluation gate; moves the `promoted` pointer when the metric passes
   and says which model inference runs.
+- GateOperator: the same verdict without moving anything, and the serving model it compared
+  with: what a person approves before PromoteOperator runs (dlc_airflow.pipelines.approval).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dlc_airflow.pipelines.store import ManifestStore
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["CommitOperator", "LineageOperator", "PromoteOperator", "context_interval"]
+__all__ = ["CommitOperator", "GateOperator", "LineageOperator", "PromoteOperator", "context_interval"]
 
 
 def context_interval(context: Context) -> lin.Interval:
@@ -198,26 +200,57 @@ class CommitOperator(_LineageTask):
                 "resumed_from": begun.get("resumed_from"), "attempt": attempt, "job": result.get("job_name")}
 
 
-class PromoteOperator(_LineageTask):
+class GateOperator(_LineageTask):
+    """The metric gate's verdict on this interval's model, compared with the serving one; moves
+    nothing (the XCom an approval's request is rendered from)."""
+
+    def __init__(self, *, commit_task_id: str, metric: str, threshold: float, mode: str = "max",
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commit_task_id = commit_task_id
+        self.gate = lin.Gate(metric, threshold, mode)  # validates
+        self.metric, self.threshold, self.mode = metric, threshold, mode
+
+    def committed(self, context: Context, interval: lin.Interval) -> JSONObject:
+        committed: JSONObject | None = context["ti"].xcom_pull(task_ids=self.commit_task_id)
+        if not committed:
+            raise AirflowFailException(f"interval {interval.key}: no result from {self.commit_task_id}")
+        return committed
+
+    def execute(self, context: Context) -> JSONObject:
+        interval = context_interval(context)
+        committed = self.committed(context, interval)
+        metrics = committed.get("metrics") or {}
+        try:
+            manifest = self.store.load()
+            passes, move, why = lin.decide_promotion(manifest, interval, metrics, self.gate)
+        except lin.LineageError as exc:
+            raise AirflowFailException(str(exc)) from None
+        serving = manifest.get("promoted")
+        self.log.info("interval %s: %s; serving model: %s", interval.key, why,
+                      f"interval {serving['interval']}" if serving else "none")
+        return {"lineage": self.lineage, "interval": interval.key, "checkpoint": committed["checkpoint"],
+                "job": committed.get("job"), "metrics": metrics, "metric": self.metric,
+                "value": metrics.get(self.metric), "threshold": self.threshold, "mode": self.mode,
+                "passes": passes, "promotes": move, "reason": why,
+                "serving": {k: serving.get(k) for k in ("interval", "checkpoint", "metric", "value")}
+                if serving else None}
+
+
+class PromoteOperator(GateOperator):
     """The evaluation gate: promote this interval's model when its metric passes.
 
     Inference then runs on this interval's model if it passed, else on the newest model
     promoted from data up to this interval; with no such model it is skipped.
     """
 
-    def __init__(self, *, commit_task_id: str, metric: str, threshold: float, mode: str = "max",
-                 **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [promotions(kwargs["lineage"])])
         super().__init__(**kwargs)
-        self.commit_task_id = commit_task_id
-        self.gate = lin.Gate(metric, threshold, mode)  # validates
-        self.metric, self.threshold, self.mode = metric, threshold, mode
 
     def execute(self, context: Context) -> JSONObject:
         interval = context_interval(context)
-        committed = context["ti"].xcom_pull(task_ids=self.commit_task_id)
-        if not committed:
-            raise AirflowFailException(f"interval {interval.key}: no result from {self.commit_task_id}")
+        committed = self.committed(context, interval)
         metrics = committed.get("metrics") or {}
         decided: JSONObject = {}
 

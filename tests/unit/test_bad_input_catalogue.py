@@ -509,6 +509,21 @@ PIPELINE = {
     "Gate mode 'higher'": ({"gate": "Gate('accuracy', 0.9, 'higher')"}, ["Gate.mode", "'max'", "'higher'"]),
     "Gate without a metric": ({"gate": "Gate('', 0.9)"}, ["Gate.metric must name a metric"]),
     "gate as a tuple": ({"gate": "('accuracy', 0.9)"}, ["gate must be a Gate(metric, threshold, mode)"]),
+    "approval without a gate": ({"approval": "Approval()"}, ["approval needs a gate", "Gate('accuracy', 0.0)"]),
+    "approval as a dict": ({"gate": "Gate('accuracy', 0.9)", "approval": "{'timeout': 3600}"},
+                           ["approval must be an Approval(", "{'timeout': 3600}"]),
+    "Approval timeout of zero": ({"gate": "Gate('a', 0.9)", "approval": "Approval(timeout=timedelta(0))"},
+                                 ["Approval.timeout must be a positive timedelta", "timedelta(0)"]),
+    "Approval timeout in seconds": ({"gate": "Gate('a', 0.9)", "approval": "Approval(timeout=3600)"},
+                                    ["Approval.timeout must be a positive timedelta", "3600"]),
+    "Approval on_timeout 'skip'": ({"gate": "Gate('a', 0.9)", "approval": "Approval(on_timeout='skip')"},
+                                   ["Approval.on_timeout must be 'reject' or 'approve'", "'skip'"]),
+    "Approval assigned_users a string": ({"gate": "Gate('a', 0.9)", "approval": "Approval(assigned_users='alice')"},
+                                         ["Approval.assigned_users must be a list of user ids", "'alice'"]),
+    "Approval assigned_users blank": ({"gate": "Gate('a', 0.9)", "approval": "Approval(assigned_users=[' '])"},
+                                      ["Approval.assigned_users", "' ' is not a user id"]),
+    "Approval notify a string": ({"gate": "Gate('a', 0.9)", "approval": "Approval(notify='slack')"},
+                                 ["Approval.notify must be Airflow notifiers", "'slack'"]),
     "unknown storage scheme": ({"storage_root": "bogus://bucket/lineage", "mount_path": "/mnt/l"},
                                ["storage_root 'bogus://bucket/lineage'", "ObjectStoragePath cannot open bogus://"]),
     "typo in the scheme": ({"storage_root": "s4://bucket/lineage", "mount_path": "/mnt/l"},
@@ -539,13 +554,14 @@ PIPELINE = {
 def test_pipelines(tmp_path, overrides, words, leftovers):
     from airflow.sdk import DAG
 
-    from dlc_airflow.pipelines import Gate, training_pipeline
+    from dlc_airflow.pipelines import Approval, Gate, training_pipeline
 
     root = tmp_path / "lineage"
     kwargs = _pipeline_kwargs(root, local_root=str(leftovers.root), **overrides)
     with pytest.raises(ValueError) as err:  # at DAG parse time, before any job or manifest exists
-        if isinstance(kwargs.get("gate"), str):
-            kwargs["gate"] = eval(kwargs["gate"], {"Gate": Gate})  # the Gate(...) is the bad input itself
+        for name in ("gate", "approval"):  # the Gate(...) / Approval(...) is the bad input itself
+            if isinstance(kwargs.get(name), str):
+                kwargs[name] = eval(kwargs[name], {"Gate": Gate, "Approval": Approval, "timedelta": timedelta})
         with DAG("catalogue", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=UTC)):
             training_pipeline(**kwargs)
     one_line(str(err.value), words)
