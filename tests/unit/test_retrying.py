@@ -90,9 +90,9 @@ def test_the_attempt_after_an_oom_kill_is_submitted_with_the_allowed_memory():
 
 def test_the_policy_reads_the_reason_the_operator_raises():
     from airflow.sdk import RetryAction
+    from dlc_airflow.operators.job import JobDidNotSucceed
 
     from dlc_airflow.airflow.retry import DLCRetryPolicy
-    from dlc_airflow.operators.job import JobDidNotSucceed
 
     policy = DLCRetryPolicy()
     oom = policy.evaluate(JobDidNotSucceed("job x failed", reasons.OOM_KILLED, None), 1, 4)
@@ -121,9 +121,9 @@ def test_a_quota_refusal_at_create_is_told_from_other_admission_refusals():
 
 def test_the_operator_sets_the_policy_unless_the_task_gives_one():
     from airflow.sdk import ExceptionRetryPolicy
+    from dlc_airflow.operators import DLCJobOperator
 
     from dlc_airflow.airflow.retry import DLCRetryPolicy
-    from dlc_airflow.operators import DLCJobOperator
 
     spec = {"type": "batch", "image": "none", "command": ["run"]}
     assert isinstance(DLCJobOperator(task_id="a", job=spec).retry_policy, DLCRetryPolicy)
