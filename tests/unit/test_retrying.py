@@ -88,11 +88,27 @@ def test_the_attempt_after_an_oom_kill_is_submitted_with_the_allowed_memory():
     assert runner2.spec(third.ref)["resources"]["memory"] == "8Gi"
 
 
-def test_the_policy_reads_the_reason_the_operator_raises():
-    from airflow.sdk import RetryAction
+def test_the_decision_reads_the_reason_the_operator_raises():
     from dlc_airflow.operators.job import JobDidNotSucceed
 
+    from dlc_airflow.airflow.retry import decision_for
+
+    assert decision_for(JobDidNotSucceed("x", reasons.OOM_KILLED, "8Gi")).action is Action.RETRY
+    assert decision_for(JobDidNotSucceed("x", reasons.NON_RETRYABLE_EXIT)).action is Action.FAIL
+    assert decision_for(ConnectionError("api down")).action is Action.DEFAULT
+
+
+def test_the_policy_as_airflow_calls_it_or_a_clear_refusal_without_retry_policies():
+    from dlc_airflow.operators.job import JobDidNotSucceed
+
+    from dlc_airflow.airflow.compat import OFFERS
     from dlc_airflow.airflow.retry import DLCRetryPolicy
+
+    if not OFFERS.retry_policy:  # Airflow 3.1, 3.2
+        with pytest.raises(TypeError, match=r"DLCRetryPolicy needs Airflow 3.3 .* remove retry_policy="):
+            DLCRetryPolicy()
+        return
+    from airflow.sdk import RetryAction
 
     policy = DLCRetryPolicy()
     oom = policy.evaluate(JobDidNotSucceed("job x failed", reasons.OOM_KILLED, None), 1, 4)
@@ -120,12 +136,17 @@ def test_a_quota_refusal_at_create_is_told_from_other_admission_refusals():
 
 
 def test_the_operator_sets_the_policy_unless_the_task_gives_one():
-    from airflow.sdk import ExceptionRetryPolicy
     from dlc_airflow.operators import DLCJobOperator
 
+    from dlc_airflow.airflow.compat import OFFERS
     from dlc_airflow.airflow.retry import DLCRetryPolicy
 
     spec = {"type": "batch", "image": "none", "command": ["run"]}
+    if not OFFERS.retry_policy:  # Airflow 3.1, 3.2: none, and the trigger ends failures itself
+        assert getattr(DLCJobOperator(task_id="a", job=spec), "retry_policy", None) is None
+        return
+    from airflow.sdk import ExceptionRetryPolicy
+
     assert isinstance(DLCJobOperator(task_id="a", job=spec).retry_policy, DLCRetryPolicy)
     assert DLCJobOperator(task_id="b", job=spec, retry_policy=None).retry_policy is None
     own = ExceptionRetryPolicy(rules=[])
