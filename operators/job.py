@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 from dlc_airflow.airflow.compat import AirflowFailException, AirflowTaskTimeout
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, XCOM_REF
 from dlc_airflow.airflow.links import LINKS
+from dlc_airflow.airflow.retry import JobDidNotSucceed  # (raised by the operator: its home is the policy's)
 from dlc_airflow.finish import OnFinish
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
@@ -352,13 +353,3 @@ class DLCJobOperator(BaseOperator):
         except Exception as exc:  # noqa: BLE001 - the task's own error is the one to report
             self.log.warning("could not stop job %s: %s", ref.name, exc)
 
-
-class JobDidNotSucceed(AirflowException):
-    """The job ended without success (or ran out of time); Airflow retries as configured, or
-    as DLCRetryPolicy decides from `reason` (the job's, a dlc_airflow.reasons name) and
-    `oom_retry_memory` (what the spec allows a retry after an OOM kill)."""
-
-    def __init__(self, message: str, reason: str = "", oom_retry_memory: str | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.oom_retry_memory = oom_retry_memory

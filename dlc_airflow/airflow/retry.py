@@ -1,6 +1,6 @@
 """DLCRetryPolicy: Airflow 3.3's retry policy (AIP-105) over the reason a job ended.
 
-The operator raises JobDidNotSucceed with the job's reason and its spec's
+The operator raises JobDidNotSucceed (defined here, where it is read; operators.job exports it) with the job's reason and its spec's
 fault_tolerance.oom_retry_memory (from `_ended`, the one end of the sync and the deferred
 waits); this policy turns them into Airflow's RetryDecision by dlc_airflow.retrying.decide.
 DLCJobOperator sets it when the task gives no retry_policy and this Airflow has them
@@ -15,6 +15,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk.exceptions import AirflowException
+
 from dlc_airflow.airflow.compat import OFFERS
 from dlc_airflow.retrying import QUOTA_EXCEEDED, Action, Decision, decide
 
@@ -24,10 +26,21 @@ else:  # Airflow 3.1, 3.2: no retry policies
     RetryPolicy = object
 
 
+class JobDidNotSucceed(AirflowException):
+    """The job ended without success (or ran out of time), raised by DLCJobOperator; Airflow
+    retries as configured, or as DLCRetryPolicy decides from `reason` (the job's, a
+    dlc_airflow.reasons name) and `oom_retry_memory` (what the spec allows a retry after an
+    OOM kill)."""
+
+    def __init__(self, message: str, reason: str = "", oom_retry_memory: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.oom_retry_memory = oom_retry_memory
+
+
 def reason_of(exception: BaseException) -> tuple[str, str | None] | None:
     """(the job's reason, oom_retry_memory) of a task failure we know; None for others."""
     from dlc_airflow.k8s.errors import AdmissionDenied
-    from dlc_airflow.operators.job import JobDidNotSucceed
 
     if isinstance(exception, JobDidNotSucceed):
         return exception.reason, exception.oom_retry_memory
