@@ -18,6 +18,8 @@ QUEUE_TIMEOUT = "QueueTimeout"  # not running within queue_timeout
 TIMEOUT = "Timeout"  # not finished within timeout
 CANNOT_START = "CannotStart"  # pods can never be created (FailedCreate, image pull...)
 PREEMPTED = "Preempted"  # Kueue evicted the job for a higher-priority or reclaiming one
+OOM_KILLED = "OOMKilled"  # a replica used more memory than resources.memory allows
+NODE_FAIL = "NodeFail"  # a node of the job failed under it (Slurm NODE_FAIL)
 FORBIDDEN = "Forbidden"  # the connection's identity may not watch the job (401/403)
 
 # live

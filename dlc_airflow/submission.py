@@ -4,9 +4,10 @@ For a task instance (its TaskIdentity) and its job spec:
 - a live job of this task -> adopt it: complete whatever part of it is missing (a try
   killed between two creates) and keep waiting on it;
 - a succeeded one -> take its result (reuse_succeeded);
-- a failed or stopped one -> submit the next attempt;
+- a failed or stopped one -> submit the next attempt (after an OOM kill with more memory,
+  when the spec allows it: dlc_airflow.retrying.next_attempt_job);
 - none, but the task state store remembers one -> take its recorded result, or submit the
-  attempt after the recorded one;
+  attempt after the recorded one (the same way);
 - nothing at all -> submit attempt 1.
 Whichever try submits or adopts the job claims it (runner.claim), so an older try that is
 told to stop (on_kill) can tell the job is no longer its own. Never two live jobs for one
@@ -23,6 +24,7 @@ from enum import Enum
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import TaskIdentity, job_name
+from dlc_airflow.retrying import next_attempt_job
 from dlc_airflow.runner import JobRunner, Log
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus
@@ -49,7 +51,7 @@ def submit_or_adopt(runner: JobRunner, job: DLCJob, identity: TaskIdentity, *, b
     """See the module docstring. `recorded` is the task state store's entry for the job
     ({JobRef fields, "state", "result"?}); SubmitError / OwnershipError propagate."""
     log = log or logging.getLogger(__name__)
-    attempt = 1
+    attempt, previous_reason = 1, ""
     existing = runner.find(identity, job)
     if existing:
         newest = existing[-1]
@@ -65,12 +67,19 @@ def submit_or_adopt(runner: JobRunner, job: DLCJob, identity: TaskIdentity, *, b
             return Submission(Action.REUSED, newest, status)
         log.warning("job %s (attempt %d) ended %s; submitting attempt %d", newest.name,
                     newest.attempt, status.summary(), newest.attempt + 1)
-        attempt = newest.attempt + 1
+        attempt, previous_reason = newest.attempt + 1, status.reason
     elif recorded:
         if recorded.get("state") == JobState.SUCCEEDED.value and reuse_succeeded and recorded.get("result"):
             log.info("job %s already succeeded (recorded in the task state store)", recorded.get("name"))
             return Submission(Action.RECORDED, None, None, recorded["result"])
         attempt = int(recorded.get("attempt", 0)) + 1
+        result = recorded.get("result")
+        previous_reason = str(result.get("reason") or "") if isinstance(result, dict) else ""
+    raised = next_attempt_job(job, previous_reason)
+    if raised is not job:
+        log.warning("the previous attempt was OOM-killed: attempt %d runs every replica with %s "
+                    "(fault_tolerance.oom_retry_memory)", attempt, raised.resources.memory)
+        job = raised
     name = job_name(base_name, identity, attempt)
     ref, created = runner.submit(job, name, identity, attempt)
     _claim(runner, ref, identity, log)

@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 from dlc_airflow.airflow.compat import AirflowFailException, AirflowTaskTimeout
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, XCOM_REF
 from dlc_airflow.airflow.links import LINKS
+from dlc_airflow.airflow.retry import JobDidNotSucceed  # (raised by the operator: its home is the policy's)
 from dlc_airflow.finish import OnFinish
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
@@ -34,6 +35,18 @@ if TYPE_CHECKING:
     from dlc_airflow.progress import Verdict
     from dlc_airflow.runner import JobRunner, Replica
     from dlc_airflow.status import JobStatus
+
+
+def default_retry_policy() -> Any:
+    """The retry policy of a task that gives none: DLCRetryPolicy where Airflow has retry
+    policies (3.3), else none (every failure uses the task's retries)."""
+    from dlc_airflow.airflow.compat import OFFERS
+
+    if not OFFERS.retry_policy:
+        return None
+    from dlc_airflow.airflow.retry import DLCRetryPolicy
+
+    return DLCRetryPolicy()
 
 
 def _default_deferrable() -> bool:
@@ -86,6 +99,8 @@ class DLCJobOperator(BaseOperator):
         from dlc_airflow.registry import check
         from dlc_airflow.spec.load import job_from
 
+        if "retry_policy" not in kwargs and (policy := default_retry_policy()) is not None:
+            kwargs["retry_policy"] = policy  # (retry_policy=None: Airflow's retries alone)
         super().__init__(**kwargs)
         # every argument is checked here, at DAG parse time: one line naming it, nothing submitted
         tid = self.task_id
@@ -159,6 +174,7 @@ class DLCJobOperator(BaseOperator):
                 "local_root": self.local_root, "queue_timeout": self.queue_timeout, "timeout": self.timeout,
                 "stream_logs": self.stream_logs, "on_finish": self.on_finish, "end_from_trigger": True,
                 "notify": {"specs": self.notify, "where": {}} if self.notify else None,
+                "fail_on_worker": bool(getattr(self, "retry_policy", None)),
                 "start": {"job": self.job, "backend": self.backend, "conn_id": self.conn_id,
                           "base_name": spec.name or self.task_id, "reuse_succeeded": self.reuse_succeeded}})
 
@@ -250,6 +266,7 @@ class DLCJobOperator(BaseOperator):
             # events, the lineage listener: Airflow runs both only there)
             end_from_trigger=not self.outlets and not lineage_listener_on(), try_number=self._try,
             secrets=self._trigger_secrets, notify=self._notifications.to_dict() if self._notifications else None,
+            fail_on_worker=bool(getattr(self, "retry_policy", None)),
         )
         self.defer(trigger=trigger, method_name="execute_complete", timeout=backstop(self.timeout))
 
@@ -266,7 +283,7 @@ class DLCJobOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: Any = None) -> Any:
         """Back from the trigger (dag.test, and triggers that do not end the task themselves)."""
-        from dlc_airflow.airflow.event import JobEvent
+        from dlc_airflow.airflow.event import XCOMS, JobEvent
         from dlc_airflow.airflow.lifecycle import TaskState
         from dlc_airflow.airflow.runners import runner_of
         from dlc_airflow.finish import Outcome
@@ -276,6 +293,8 @@ class DLCJobOperator(BaseOperator):
             raise AirflowFailException(error) if event.get("permanent") else AirflowException(error)
         if JobEvent.is_payload(event):
             job_event = JobEvent.from_dict(event)
+            for key, value in (event.get(XCOMS) or {}).items():  # a task started in the triggerer
+                context["ti"].xcom_push(key=key, value=value)
         else:  # dag.test resumes with the end event's state only: read the job itself
             ti = context["ti"]
             data = ti.xcom_pull(task_ids=self.task_id, key=XCOM_REF, map_indexes=ti.map_index)
@@ -294,7 +313,9 @@ class DLCJobOperator(BaseOperator):
 
         self._result = outcome.result
         if not outcome.ok:
-            raise JobDidNotSucceed(outcome.error or f"job {outcome.result.get('job_name')} did not succeed")
+            raise JobDidNotSucceed(outcome.error or f"job {outcome.result.get('job_name')} did not succeed",
+                                   reason=str(outcome.result.get("reason") or ""),
+                                   oom_retry_memory=(self.job.get("fault_tolerance") or {}).get("oom_retry_memory"))
         events = context.get("outlet_events")
         if events is not None:
             announce_job(list(self.outlets), events, outcome.result,
@@ -332,6 +353,3 @@ class DLCJobOperator(BaseOperator):
         except Exception as exc:  # noqa: BLE001 - the task's own error is the one to report
             self.log.warning("could not stop job %s: %s", ref.name, exc)
 
-
-class JobDidNotSucceed(AirflowException):
-    """The job ended without success (or ran out of time); Airflow retries as configured."""

@@ -10,7 +10,9 @@ once, in its log (`say_degraded`):
 - `start_from_trigger`: Airflow 3.0-3.2 ship it disabled (the scheduler never starts a task
   in the triggerer), so a plain deferrable task starts on a worker and then defers;
 - the task state store (durable execution): without it a retry finds its job by its labels
-  alone, as it always can.
+  alone, as it always can;
+- retry policies (AIP-105): without them every failure uses the task's retries
+  (dlc_airflow.airflow.retry).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Offers:
     version: str  # apache-airflow-core's, e.g. "3.1.8"
     start_from_trigger: bool  # the scheduler hands start_from_trigger tasks to the triggerer
     task_state_store: bool  # the task context's task_state_store (durable execution)
+    retry_policy: bool = False  # BaseOperator(retry_policy=...) (AIP-105)
 
 
 #: what a task does instead, when this Airflow lacks the feature (said once in its log)
@@ -51,6 +54,8 @@ DEGRADED = {
                           "(Airflow 3.0-3.2 do not start tasks in the triggerer; 3.3 does)",
     "task_state_store": "a retry finds its job by its labels alone "
                         "(the task state store, durable execution, is Airflow 3.3's)",
+    "retry_policy": "every failure uses the task's retries, whatever the job's reason "
+                    "(retry policies are Airflow 3.3's)",
 }
 
 
@@ -67,6 +72,14 @@ def _has_task_state_store() -> bool:
     return True
 
 
+def _has_retry_policy() -> bool:
+    try:
+        from airflow.sdk import RetryPolicy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def detect() -> Offers:
     from airflow import __version__
 
@@ -76,6 +89,7 @@ def detect() -> Offers:
         # branch (apache/airflow #53744 disabled it, #55068 re-enabled it for 3.3)
         start_from_trigger=_minor(__version__) >= (3, 3),
         task_state_store=_has_task_state_store(),
+        retry_policy=_has_retry_policy(),
     )
 
 

@@ -21,6 +21,7 @@ from dlc_airflow.runner import JobRunner
 from dlc_airflow.status import JobState
 
 MARK = "dlc_job_event"  # tells our payload from any other trigger's
+XCOMS = "xcoms"  # a payload's XComs of a task started in the triggerer, for the worker to push
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
-from dlc_airflow.airflow.event import JobEvent
+from dlc_airflow.airflow.event import XCOMS, JobEvent
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID
 from dlc_airflow.airflow.notify import Notifications
 from dlc_airflow.finish import OnFinish, finish
@@ -59,7 +59,7 @@ class DLCJobTrigger(BaseTrigger):
                  queue_timeout: float | None = None, queued_since: float | None = None,
                  stream_logs: bool = True, on_finish: str = OnFinish.KEEP.value, end_from_trigger: bool = True,
                  try_number: int | None = None, secrets: JSONObject | None = None, notify: JSONObject | None = None,
-                 start: JSONObject | None = None, timeout: float | None = None):
+                 start: JSONObject | None = None, timeout: float | None = None, fail_on_worker: bool = False):
         super().__init__()
         self.ref = ref
         self.conn_id = conn_id
@@ -83,6 +83,9 @@ class DLCJobTrigger(BaseTrigger):
         # (dlc_airflow.airflow.start), and the task's timeout, which counts from the submit
         self.start = start
         self.timeout = timeout
+        # the task has a retry policy: a failure goes back to a worker, where Airflow evaluates
+        # it (a TaskFailedEvent would bypass it: the triggerer only counts retries)
+        self.fail_on_worker = fail_on_worker
         self._xcoms: JSONObject = {}  # what a task started here publishes when it ends
 
     def serialize(self) -> tuple[str, JSONObject]:
@@ -92,6 +95,7 @@ class DLCJobTrigger(BaseTrigger):
             "queued_since": self.queued_since, "stream_logs": self.stream_logs, "on_finish": self.on_finish,
             "end_from_trigger": self.end_from_trigger, "try_number": self.try_number, "secrets": self.secrets,
             "notify": self.notify, "start": self.start, "timeout": self.timeout,
+            "fail_on_worker": self.fail_on_worker,
         })
 
     async def _runner(self) -> JobRunner:
@@ -187,10 +191,11 @@ class DLCJobTrigger(BaseTrigger):
             await blocking(TriggerSecrets.from_dict(self.secrets).register, runner, self.log)
 
     def _event(self, event: JobEvent) -> TriggerEvent:
-        if self.end_from_trigger:
+        if self.end_from_trigger and (event.ok or not self.fail_on_worker):
             end = TaskSuccessEvent if event.ok else TaskFailedEvent
             return end(xcoms={**self._xcoms, "return_value": event.result})
-        return TriggerEvent(event.to_dict())
+        # a task started here publishes its XComs from the worker that takes the event
+        return TriggerEvent({**event.to_dict(), XCOMS: self._xcoms} if self._xcoms else event.to_dict())
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: stop its job (not on triggerer restarts), unless

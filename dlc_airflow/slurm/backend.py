@@ -526,13 +526,13 @@ def _state(record: JobRecord, folder: Folder) -> tuple[JobState, str, str]:
         return JobState.FAILED, reasons.DEADLINE_EXCEEDED, (
             f"Slurm ended it at its time limit (max_running_time){_replicas_failed(folder)}")
     if s == "OUT_OF_MEMORY":
-        return JobState.FAILED, "OOMKilled", f"a task ran out of memory (resources.memory){_replicas_failed(folder)}"
+        return JobState.FAILED, reasons.OOM_KILLED, f"a task ran out of memory (resources.memory){_replicas_failed(folder)}"
     if s == "NODE_FAIL":
-        return JobState.FAILED, "NodeFail", f"a node of the job failed{': ' + why if why else ''}"
+        return JobState.FAILED, reasons.NODE_FAIL, f"a node of the job failed{': ' + why if why else ''}"
     if s == "BOOT_FAIL":
         return JobState.FAILED, reasons.CANNOT_START, f"a node of the job failed to boot{detail}"
     if s == "PREEMPTED":
-        return JobState.FAILED, "Preempted", "preempted (fault_tolerance.restart_on_preemption is off, or Slurm " \
+        return JobState.FAILED, reasons.PREEMPTED, "preempted (fault_tolerance.restart_on_preemption is off, or Slurm " \
                                              "does not requeue in this partition)"
     return JobState.FAILED, _failure_reason(folder.result), _failure_message(record, folder, code, record.signal)
 

@@ -52,6 +52,7 @@ from dlc_airflow.spec.fields import (  # parse_duration and is_templated are pub
     has_backstep,
     is_templated,
     parse_duration,
+    quantity_value,
     scalar_kind,
 )
 
@@ -421,6 +422,15 @@ class FaultTolerance(_Model):
     restart_on_preemption: bool = Field(
         True, description="a preempted or evicted replica is replaced without counting a restart"
     )
+    oom_retry_memory: str | None = Field(
+        None, description="after an OOM kill, the task's next try runs every replica with this memory "
+        "(e.g. 8Gi; needs Airflow 3.3's retry policies); unset: an OOM kill fails the task at once"
+    )
+
+    @field_validator("oom_retry_memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> str | None:
+        return check_quantity(value, "oom_retry_memory")
 
     @field_validator("retryable_exit_codes")
     @classmethod
@@ -622,6 +632,7 @@ class DLCJob(_Model):
                     f"roles.worker.replicas {workers.replicas} is outside elastic "
                     f"[{self.elastic.min_replicas}, {self.elastic.max_replicas}]"
                 )
+        _check_oom_retry_memory(self)
         if self.nproc_per_node != 1 and not info.torch:
             raise ValueError(f"nproc_per_node is only for torch types, not {self.type.value}")
         if self.launcher != "torchrun" and self.type not in (JobType.deepspeed, JobType.megatron):
@@ -740,6 +751,19 @@ def _check_env(env: dict[str, EnvValue], where: str) -> dict[str, EnvValue]:
         if not isinstance(val, (str, *SOURCE_TYPES)):
             raise ValueError(f"{where}.{key} must be a string (quote numbers in YAML)")
     return env
+
+
+def _check_oom_retry_memory(job: DLCJob) -> None:
+    """A retry after an OOM kill must have more memory than any replica had."""
+    more = job.fault_tolerance.oom_retry_memory
+    if more is None or is_templated(more):
+        return
+    had = [("resources.memory", job.resources.memory)] + [
+        (f"roles.{name}.resources.memory", role.resources.memory) for name, role in job.roles.items() if role.resources]
+    for where, memory in had:
+        if memory is not None and not is_templated(memory) and quantity_value(memory) >= quantity_value(more):
+            raise ValueError(f"fault_tolerance.oom_retry_memory {more!r} is not more than {where} {memory!r}; "
+                             "give the memory a retry after an OOM kill should have")
 
 
 def _check_roles(job: DLCJob, info: TypeInfo) -> None:

@@ -163,6 +163,9 @@ def test_native_oom_killed_detail():
     s = native.status([worker], pods)
     assert ("exited with code 137 (OOMKilled): it ran out of memory: the kernel killed it for using more than its "
             "memory limit (96Mi); raise resources.memory") in s.message
+    assert s.reason == "OOMKilled"  # whatever ended the Job after it: the retry policy reads it
+    other = [pod(f"{NAME}-worker-0-aaaaa", "worker", phase="Failed", containers=[terminated("main", 1, "Error")])]
+    assert native.status([worker], other).reason != "OOMKilled"
 
 
 def test_native_a_replica_that_ran_keeps_the_job_running():

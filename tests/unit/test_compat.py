@@ -28,6 +28,7 @@ def test_what_this_airflow_offers():
     assert OFFERS.start_from_trigger is (MINOR >= (3, 3))
     # the task state store (durable execution) came with 3.3
     assert OFFERS.task_state_store is (MINOR >= (3, 3))
+    assert OFFERS.retry_policy is (MINOR >= (3, 3))
     assert compat.detect() == OFFERS
 
 

@@ -313,7 +313,7 @@ def pod_failure(pods: Sequence[Pod] | None) -> str:
     return candidates[-1][2]
 
 
-OOM_KILLED = "OOMKilled"
+OOM_KILLED = reasons.OOM_KILLED  # the kubelet's word, and ours
 
 
 def out_of_memory(pod: Pod, container: str) -> str:
@@ -403,7 +403,10 @@ def apply_pods(status: JobStatus, pods: Sequence[Pod] | None) -> JobStatus:
             return status.model_copy(update={"state": JobState.RUNNING, "reason": reasons.RUNNING})
     if status.state is JobState.FAILED:
         detail = pod_failure(pods)
+        # an OOM kill is the reason whatever ended the job after it (its exit code 137 under
+        # the FailJob rule, the restart limit): the retry policy tells it from other failures
+        update = {"reason": reasons.OOM_KILLED} if f"({OOM_KILLED}" in detail else {}
         if detail and detail not in status.message:
-            message = f"{status.message}; {detail}" if status.message else detail
-            return status.model_copy(update={"message": message})
+            update["message"] = f"{status.message}; {detail}" if status.message else detail
+        return status.model_copy(update=update) if update else status
     return status

@@ -1,0 +1,173 @@
+"""Retries that know the failure: the reason -> decision mapping (dlc_airflow.retrying), the
+spec's fault_tolerance.oom_retry_memory, the next attempt's memory after an OOM kill
+(submit_or_adopt on the FakeRunner), and DLCRetryPolicy as Airflow 3.3 calls it. Through the
+real scheduler: tests/node/test_node_retry.py and tests/airflow/test_retry_scheduler.py."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+
+from dlc_airflow import reasons
+from dlc_airflow.errors import SpecError
+from dlc_airflow.naming import TaskIdentity
+from dlc_airflow.retrying import PREEMPTION_DELAY, QUOTA_DELAY, QUOTA_EXCEEDED, Action, decide, next_attempt_job
+from dlc_airflow.spec import DLCJob, parse_job
+from dlc_airflow.status import JobState
+from dlc_airflow.submission import submit_or_adopt
+from tests.support.fake_runner import FakeRunner
+
+LOG = logging.getLogger("test")
+
+
+def job(**fault_tolerance) -> DLCJob:
+    return DLCJob(type="pytorch", image="none", command=["run"], resources={"memory": "1Gi"},
+                  roles={"master": 1, "worker": {"replicas": 2, "resources": {"memory": "2Gi", "cpu": "1"}}},
+                  fault_tolerance=fault_tolerance)
+
+
+@pytest.mark.parametrize(("reason", "memory", "action", "delay"), [
+    (reasons.OOM_KILLED, "8Gi", Action.RETRY, None),
+    (reasons.OOM_KILLED, None, Action.FAIL, None),
+    (reasons.PREEMPTED, None, Action.RETRY, PREEMPTION_DELAY),
+    (reasons.NODE_FAIL, "8Gi", Action.RETRY, PREEMPTION_DELAY),
+    (QUOTA_EXCEEDED, None, Action.RETRY, QUOTA_DELAY),
+    (reasons.NON_RETRYABLE_EXIT, "8Gi", Action.FAIL, None),
+    (reasons.RESTART_LIMIT_EXCEEDED, None, Action.DEFAULT, None),
+    (reasons.DEADLINE_EXCEEDED, None, Action.DEFAULT, None),
+    (reasons.QUEUE_TIMEOUT, None, Action.DEFAULT, None),
+    ("", None, Action.DEFAULT, None),
+])
+def test_each_reason_has_its_decision(reason, memory, action, delay):
+    decision = decide(reason, memory)
+    assert (decision.action, decision.delay) == (action, delay)
+
+
+def test_an_oom_kill_says_what_to_raise():
+    assert "raise resources.memory" in decide(reasons.OOM_KILLED, None).why
+    assert "8Gi" in decide(reasons.OOM_KILLED, "8Gi").why
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("lots", "fault_tolerance.oom_retry_memory: oom_retry_memory 'lots' is not a Kubernetes quantity"),
+    ("2Gi", "is not more than roles.worker.resources.memory '2Gi'"),
+    ("512Mi", "is not more than resources.memory '1Gi'"),
+])
+def test_a_bad_oom_retry_memory_is_one_line_naming_the_field(value, words):
+    spec = job().to_dict()
+    spec["fault_tolerance"] = {"oom_retry_memory": value}
+    with pytest.raises(SpecError) as err:
+        parse_job(spec, source="job of task t")
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_after_an_oom_kill_every_replica_gets_the_allowed_memory():
+    raised = next_attempt_job(job(oom_retry_memory="8Gi"), reasons.OOM_KILLED)
+    assert raised.resources.memory == "8Gi"
+    assert raised.roles["worker"].resources.memory == "8Gi" and raised.roles["worker"].resources.cpu == "1"
+    assert raised.roles["master"].resources is None  # it had the job's: now 8Gi too
+    assert next_attempt_job(job(), reasons.OOM_KILLED) == job()  # nothing allowed: as written
+    assert next_attempt_job(job(oom_retry_memory="8Gi"), reasons.PREEMPTED) == job(oom_retry_memory="8Gi")
+
+
+def test_the_attempt_after_an_oom_kill_is_submitted_with_the_allowed_memory():
+    runner = FakeRunner()
+    spec = job(oom_retry_memory="8Gi")
+    first = submit_or_adopt(runner, spec, TaskIdentity("d", "t", "r", try_number=1), base_name="t", log=LOG)
+    runner.set_state(first.ref.name, JobState.FAILED, reasons.OOM_KILLED)
+    second = submit_or_adopt(runner, spec, TaskIdentity("d", "t", "r", try_number=2), base_name="t", log=LOG)
+    assert second.ref.attempt == 2
+    assert runner.spec(second.ref)["resources"]["memory"] == "8Gi"
+    assert runner.spec(first.ref)["resources"]["memory"] == "1Gi"
+    # gone (on_finish='delete'), the task state store's record tells the reason
+    runner2 = FakeRunner()
+    recorded = {**first.ref.to_dict(), "state": "FAILED", "result": {"reason": reasons.OOM_KILLED}}
+    third = submit_or_adopt(runner2, spec, TaskIdentity("d", "t", "r", try_number=2), base_name="t", log=LOG, recorded=recorded)
+    assert runner2.spec(third.ref)["resources"]["memory"] == "8Gi"
+
+
+def test_the_decision_reads_the_reason_the_operator_raises():
+    from dlc_airflow.operators.job import JobDidNotSucceed
+
+    from dlc_airflow.airflow.retry import decision_for
+
+    assert decision_for(JobDidNotSucceed("x", reasons.OOM_KILLED, "8Gi")).action is Action.RETRY
+    assert decision_for(JobDidNotSucceed("x", reasons.NON_RETRYABLE_EXIT)).action is Action.FAIL
+    assert decision_for(ConnectionError("api down")).action is Action.DEFAULT
+
+
+def test_the_policy_as_airflow_calls_it_or_a_clear_refusal_without_retry_policies():
+    from dlc_airflow.operators.job import JobDidNotSucceed
+
+    from dlc_airflow.airflow.compat import OFFERS
+    from dlc_airflow.airflow.retry import DLCRetryPolicy
+
+    if not OFFERS.retry_policy:  # Airflow 3.1, 3.2
+        with pytest.raises(TypeError, match=r"DLCRetryPolicy needs Airflow 3.3 .* remove retry_policy="):
+            DLCRetryPolicy()
+        return
+    from airflow.sdk import RetryAction
+
+    policy = DLCRetryPolicy()
+    oom = policy.evaluate(JobDidNotSucceed("job x failed", reasons.OOM_KILLED, None), 1, 4)
+    assert (oom.action, "raise resources.memory" in (oom.reason or "")) == (RetryAction.FAIL, True)
+    assert policy.evaluate(JobDidNotSucceed("x", reasons.OOM_KILLED, "8Gi"), 1, 4).action is RetryAction.RETRY
+    preempted = policy.evaluate(JobDidNotSucceed("x", reasons.PREEMPTED), 1, 4)
+    assert (preempted.action, preempted.retry_delay) == (RetryAction.RETRY, timedelta(seconds=PREEMPTION_DELAY))
+    assert policy.evaluate(JobDidNotSucceed("x", reasons.NON_RETRYABLE_EXIT), 1, 4).action is RetryAction.FAIL
+    assert policy.evaluate(JobDidNotSucceed("x", reasons.RESTART_LIMIT_EXCEEDED), 1, 4).action is RetryAction.DEFAULT
+    assert policy.evaluate(ConnectionError("api down"), 1, 4).action is RetryAction.DEFAULT
+    assert DLCRetryPolicy.deserialize(policy.serialize()) == policy
+    with pytest.raises(ValueError, match="not a DLCRetryPolicy"):
+        DLCRetryPolicy.deserialize({"__type": "ExceptionRetryPolicy"})
+
+
+def test_a_quota_refusal_at_create_is_told_from_other_admission_refusals():
+    from dlc_airflow.airflow.retry import decision_for
+    from dlc_airflow.k8s.errors import AdmissionDenied, Forbidden
+
+    def refused(message: str) -> AdmissionDenied:
+        return AdmissionDenied(Forbidden("create", 403, "Forbidden", message, verb="create", resource="jobs.batch"))
+
+    assert decision_for(refused('jobs.batch "x" is forbidden: exceeded quota: q, requested: cpu=4')).delay == QUOTA_DELAY
+    assert decision_for(refused("violates PodSecurity")).action is Action.DEFAULT
+
+
+def test_the_operator_sets_the_policy_unless_the_task_gives_one():
+    from dlc_airflow.operators import DLCJobOperator
+
+    from dlc_airflow.airflow.compat import OFFERS
+    from dlc_airflow.airflow.retry import DLCRetryPolicy
+
+    spec = {"type": "batch", "image": "none", "command": ["run"]}
+    if not OFFERS.retry_policy:  # Airflow 3.1, 3.2: none, and the trigger ends failures itself
+        assert getattr(DLCJobOperator(task_id="a", job=spec), "retry_policy", None) is None
+        return
+    from airflow.sdk import ExceptionRetryPolicy
+
+    assert isinstance(DLCJobOperator(task_id="a", job=spec).retry_policy, DLCRetryPolicy)
+    assert DLCJobOperator(task_id="b", job=spec, retry_policy=None).retry_policy is None
+    own = ExceptionRetryPolicy(rules=[])
+    assert DLCJobOperator(task_id="c", job=spec, retry_policy=own).retry_policy is own
+
+
+def test_a_deferred_failure_goes_back_to_a_worker_when_the_task_has_a_policy():
+    from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
+
+    from dlc_airflow.airflow.event import XCOMS, JobEvent
+    from dlc_airflow.airflow.trigger import DLCJobTrigger
+    from dlc_airflow.jobref import JobRef
+
+    ref = JobRef(backend="local", place="/tmp", name="j", attempt=1)
+    failed, ok = JobEvent(ref, False, {"reason": reasons.OOM_KILLED}, "oom"), JobEvent(ref, True, {})
+    plain = DLCJobTrigger(ref=ref.to_dict())
+    assert isinstance(plain._event(failed), TaskFailedEvent)
+    policed = DLCJobTrigger(ref=ref.to_dict(), fail_on_worker=True)
+    assert DLCJobTrigger(**policed.serialize()[1]).fail_on_worker is True
+    assert isinstance(policed._event(ok), TaskSuccessEvent)
+    back = policed._event(failed)
+    assert not isinstance(back, TaskFailedEvent) and JobEvent.from_dict(back.payload).result["reason"] == "OOMKilled"
+    policed._xcoms = {"dlc_job": {"name": "j"}}
+    assert policed._event(failed).payload[XCOMS] == {"dlc_job": {"name": "j"}}
