@@ -48,6 +48,8 @@ class Estimate:
 
     def describe(self) -> str:
         eta = "ETA unknown" if self.eta_seconds is None else f"ETA {human(self.eta_seconds)}"
+        if self.unit == "percent":
+            return f"progress {self.percent:.0f}%, {eta}"
         return f"progress {_number(self.current)}/{_number(self.total)} {self.unit} ({self.percent:.0f}%), {eta}"
 
 
@@ -131,6 +133,7 @@ def from_record(record: Mapping[str, Any]) -> tuple[float, float, str] | None:
         check_counts(current, total)
     except ValueError:
         return None
+    assert isinstance(current, (int, float)) and isinstance(total, (int, float))  # (checked)
     unit = record.get("progress_unit")
     return float(current), float(total), unit if isinstance(unit, str) and unit else DEFAULT_UNIT
 

@@ -378,18 +378,18 @@ def _metrics_section(metrics: JSONObject) -> str:
 def _progress_section(progress: Any, state: Any) -> str:
     """How far the job is (dlc_airflow.report.progress_of): a bar, the counts and the ETA; nothing
     when it reported no progress."""
-    if not isinstance(progress, dict) or _number(progress.get("percent")) is None:
+    shown = _number(progress.get("percent")) if isinstance(progress, dict) else None
+    if shown is None:
         return ""
-    percent = max(0.0, min(100.0, float(progress["percent"])))
+    percent = max(0.0, min(100.0, shown))
     eta = _number(progress.get("eta_seconds"))
     if str(state).upper() in ("SUCCEEDED", "FAILED", "STOPPED"):
         when = ""
     elif eta is None:
         when = "ETA unknown (no rate yet)"
     else:
-        as_of = progress.get("as_of")
-        stamp = (f" as of {_clock(datetime.fromtimestamp(float(as_of), UTC))}"
-                 if _number(as_of) is not None else "")
+        as_of = _number(progress.get("as_of"))
+        stamp = f" as of {_clock(datetime.fromtimestamp(as_of, UTC))}" if as_of is not None else ""
         when = f"ETA {_duration(eta)}{stamp}"
     unit = progress.get("unit") or "steps"
     counts = ("" if unit == "percent" else
