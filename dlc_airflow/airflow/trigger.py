@@ -45,7 +45,7 @@ T = TypeVar("T")
 # a start's submit): a burst of finishing jobs is not queued behind other triggers' work on
 # asyncio's default pool (a few threads on a small machine), nor they behind it.
 _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dlc-trigger")
-FOLDER_LOG_EVERY = 10.0  # seconds between reads of a job's log files while it runs (a file read each)
+FOLDER_LOG_EVERY = 5.0  # seconds between reads of a job's log files while it runs (a file read each)
 
 
 async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -156,7 +156,8 @@ class DLCJobTrigger(BaseTrigger):
             loop.call_soon_threadsafe(updates.put_nowait, (status, replicas))
 
         await blocking(follower.start, on_status)
-        self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.place)
+        when = f"every {FOLDER_LOG_EVERY:.0f}s and at each state change" if progress.log_every else "at each state change"
+        self.log.info("waiting on job %s in %s (shared watch; logs %s)", ref.name, ref.place, when)
         try:
             while True:
                 batch: list[Update] = []
