@@ -85,7 +85,7 @@ class StatusServerStandIn:
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):
                 code, reply = stand_in.handle(self.path, self.headers,
                                               self.rfile.read(int(self.headers.get("Content-Length") or 0)))
                 data = json.dumps(reply).encode()
