@@ -174,7 +174,7 @@ class Progress:
         """The progress lines among the job's log lines just read (`now` stands for the job's clock
         where a line has none); returns the line worth logging, if progress or ETA changed."""
         for replica, line in lines:
-            record = parse_metric_line(line)
+            record = parse_metric_line(line, with_time=True)
             found = eta.from_record(record) if record is not None else None
             if record is None or found is None:
                 continue

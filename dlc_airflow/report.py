@@ -123,7 +123,6 @@ def metric_series(lines: list[LogLine]) -> dict[str, list[list[float]]]:
     for replica, line in lines:
         record = parse_metric_line(line)
         if record is not None:
-            record.pop("time", None)  # a progress line's clock, not a metric
             by_replica.setdefault(replica, []).append(record)
     if not by_replica:
         return {}

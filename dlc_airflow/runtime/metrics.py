@@ -269,10 +269,11 @@ def read_outputs(path: str | os.PathLike[str]) -> JSONObject:
         return {"metrics": {}, "outputs": {}}
 
 
-def parse_metric_line(line: str) -> JSONObject | None:
+def parse_metric_line(line: str, *, with_time: bool = False) -> JSONObject | None:
     """The metrics of a `DLC_METRICS {...}` log line, or None for any other line.
 
-    The marker may follow a prefix (a timestamp, a stream name) added by the log source.
+    The marker may follow a prefix (a timestamp, a stream name) added by the log source. A
+    progress line's `time` (the job's clock, not a metric) is left out unless `with_time`.
     """
     at = line.find(METRICS_PREFIX)
     if at < 0:
@@ -281,7 +282,11 @@ def parse_metric_line(line: str) -> JSONObject | None:
         record = json.loads(line[at + len(METRICS_PREFIX) :])
     except ValueError:
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    if not with_time:
+        record.pop("time", None)
+    return record
 
 
 def _reset_for_tests() -> None:
