@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from dlc_airflow import eta
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.progress import Verdict, VerdictKind
@@ -131,7 +132,20 @@ def job_result(ref: JobRef, status: JobStatus, outputs: Outputs | None) -> JSONO
         "roles": {role: counts.model_dump() for role, counts in status.roles.items()},
         "metrics": reported["metrics"],
         "outputs": reported["outputs"],
+        "progress": final_progress(status, reported["metrics"]),
     }
+
+
+def final_progress(status: JobStatus, metrics: JSONObject) -> JSONObject | None:
+    """The job's last progress ({"current", "total", "unit", "percent", "eta_seconds"}): what its
+    last metrics say (dlc_airflow.runtime.log_progress), else what its backend kept (Kubeflow
+    Trainer's status); None when it reported none."""
+    done = status.state is JobState.SUCCEEDED
+    if (found := eta.final(metrics, done)) is not None:
+        return found
+    if status.progress is not None:
+        return eta.of_percent(status.progress.percent, 0.0 if done else status.progress.eta_seconds).to_dict()
+    return None
 
 
 def _round(value: float | None) -> str:

@@ -5,7 +5,10 @@ wait returns a `Step`: the lines worth logging (state changes, restarts, schedul
 a heartbeat on long waits), the changes to tell the notifiers, whether to read the job's
 logs and Events now, and the verdict: finished, queued too long, or out of time.
 `Progress.wakeup` says when the next turn is due without news. The waiting loops
-(dlc_airflow.airflow.waiting) only do the I/O a Step asks for.
+(dlc_airflow.airflow.waiting) only do the I/O a Step asks for. `Progress.observe` reads the
+progress the job reported (dlc_airflow.runtime.log_progress lines in the logs the wait copied)
+and returns a line only when progress or ETA changed (dlc_airflow.eta.worth_saying); a backend
+that keeps progress itself (Kubeflow Trainer's status) reports it through JobStatus.progress.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from dlc_airflow import reasons
+from dlc_airflow import eta, reasons
+from dlc_airflow.runner import LogLine, log_replica_order
+from dlc_airflow.runtime.metrics import parse_metric_line
 from dlc_airflow.status import JobState, JobStatus
 
 QUEUED_STATES = frozenset({JobState.PENDING, JobState.QUEUED})
@@ -84,6 +89,10 @@ class Progress:
         self.last_said = now
         self.blocked = ""  # why the job cannot start (FailedCreate...), from its events
         self.position = ""  # where it stands in its queue, as last said
+        self.tracker = eta.Tracker()
+        self.estimate: eta.Estimate | None = None  # the newest, from the logs (else the backend's)
+        self.said: eta.Estimate | None = None  # the last one logged
+        self.counting: str | None = None  # the replica whose progress lines count (coordinator first)
 
     def step(self, batch: list[JobStatus], now: float, why: str | None = None,
              position: str | None = None) -> Step:
@@ -161,9 +170,40 @@ class Progress:
             self.queued_since = None
             self.blocked = ""
         self.last = status
+        if status.progress is not None and self.counting is None:  # the job's own lines win
+            self.estimate = eta.of_percent(status.progress.percent, status.progress.eta_seconds)
+            lines += self.progress_news()
         if lines:
             self.last_said = now
         return lines
+
+    def observe(self, lines: list[LogLine], now: float) -> list[str]:
+        """The progress lines among the job's log lines just read (`now` stands for the job's clock
+        where a line has none); returns the line worth logging, if progress or ETA changed."""
+        for replica, line in lines:
+            record = parse_metric_line(line, with_time=True)
+            found = eta.from_record(record) if record is not None else None
+            if record is None or found is None:
+                continue
+            if self.counting is None or log_replica_order(replica) < log_replica_order(self.counting):
+                if self.counting is not None:
+                    self.tracker = eta.Tracker()  # the coordinator's count replaces another's
+                self.counting = replica
+            if replica != self.counting:
+                continue
+            at = record.get("time")
+            when = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else now
+            self.estimate = self.tracker.observe(when, *found)
+        news = self.progress_news()
+        if news:
+            self.last_said = now
+        return news
+
+    def progress_news(self) -> list[str]:
+        if self.estimate is None or not eta.worth_saying(self.said, self.estimate):
+            return []
+        self.said = self.estimate
+        return [f"job {self.job}: {self.estimate.describe()}"]
 
     def heartbeat(self, now: float) -> str | None:
         """A line on long waits, so a quiet job does not look like a hung task."""
@@ -218,12 +258,7 @@ class Progress:
 
 
 def _human(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return eta.human(int(seconds))
 
 
 def terminal_verdict(job: str, status: JobStatus) -> Verdict:

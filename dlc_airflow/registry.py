@@ -105,6 +105,9 @@ class Entry:
     # its jobs are kept from the worker's files and rights (all but local, whose jobs are
     # processes of the worker's user): the admin's policy defaults differ (dlc_airflow.policy)
     isolated: bool = True
+    # its runner reads a job's logs from files of this host (no request per read): the triggerer
+    # reads them on a clock too, for the job's progress lines (dlc_airflow.airflow.trigger)
+    file_logs: bool = False
     # the connection id used when a task or the jobs CLI names none (the pai and slurm
     # packages define theirs; tests/unit/test_registry.py checks they agree)
     default_conn_id: str = DEFAULT_CONN_ID
@@ -118,9 +121,10 @@ def _kubernetes(name: str) -> Entry:
 
 ENTRIES: dict[str, Entry] = {
     **{name: _kubernetes(name) for name in KUBERNETES_BACKENDS},
-    LOCAL: Entry(LOCAL, _local, _local_runner, connection=False, folder=True, isolated=False, default_conn_id=""),
+    LOCAL: Entry(LOCAL, _local, _local_runner, connection=False, folder=True, isolated=False, file_logs=True,
+                 default_conn_id=""),
     "pai": Entry("pai", _pai, _pai_runner, default_conn_id="pai_default"),
-    "slurm": Entry("slurm", _slurm, _slurm_runner, default_conn_id="slurm_default"),
+    "slurm": Entry("slurm", _slurm, _slurm_runner, file_logs=True, default_conn_id="slurm_default"),
 }
 ALL_BACKENDS: tuple[str, ...] = tuple(ENTRIES)
 
@@ -142,6 +146,11 @@ def has_connection(name: str) -> bool:
 def is_folder(name: str) -> bool:
     """Whether backend `name`'s jobs live in a folder of this host."""
     return entry(name).folder
+
+
+def has_file_logs(name: str) -> bool:
+    """Whether backend `name`'s runner reads job logs from files of this host."""
+    return entry(name).file_logs
 
 
 def pure_backend(name: str) -> PureBackend:

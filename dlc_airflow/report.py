@@ -4,7 +4,8 @@
 status, replicas, events, logs, outputs) and `build_report` shapes it (pure): the job, its
 roles, a timeline of its replicas, its restarts and their reasons, its Events, and the
 curves of the metrics its code printed with dlc_airflow.runtime.log_metrics
-(`DLC_METRICS {...}` lines in its logs). `lineage_rows` turns a retraining lineage's
+(`DLC_METRICS {...}` lines in its logs), and its progress and ETA (log_progress lines, read as
+the wait reads them: dlc_airflow.progress). `lineage_rows` turns a retraining lineage's
 manifest into the rows of its table: interval, resumed from, checkpoint, metric, promoted.
 The UI (dlc_airflow/ui) and `dlc-airflow jobs describe` render these; nothing here draws.
 """
@@ -16,7 +17,17 @@ from datetime import datetime
 from dlc_airflow.jobinfo import JobInfo
 from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.progress import QUEUED_STATES
-from dlc_airflow.runner import Event, EventSource, JobRunner, LogLine, LogPositions, Outputs, QueueSource, Replica
+from dlc_airflow.runner import (
+    Event,
+    EventSource,
+    JobRunner,
+    LogLine,
+    LogPositions,
+    Outputs,
+    QueueSource,
+    Replica,
+    log_replica_order,
+)
 from dlc_airflow.status import JobStatus
 
 MAX_LOG_LINES = 20_000  # read for the metric curves; a report never needs more
@@ -55,9 +66,28 @@ def build_report(info: JobInfo, status: JobStatus, replicas: list[Replica], even
         "replicas": [replica_row(r) for r in replicas],
         "restarts": restart_rows(replicas, status),
         "events": [event_row(e) for e in sorted(events, key=lambda e: e.time)],
+        "progress": progress_of(status, log_lines, outputs),
         "metrics": {"series": metric_series(log_lines), "final": dict(outputs.get("metrics") or {})},
         "outputs": dict(outputs.get("outputs") or {}),
     }
+
+
+def progress_of(status: JobStatus, log_lines: list[LogLine], outputs: Outputs) -> JSONObject | None:
+    """The job's progress: its last (finished job, as its XCom says) or its current one with the
+    ETA as of its newest progress line ("as_of", Unix seconds; None when the line had no time)."""
+    from dlc_airflow.finish import final_progress
+    from dlc_airflow.progress import Progress
+
+    if status.terminal:
+        return final_progress(status, dict(outputs.get("metrics") or {}))
+    reading = Progress("report", 0.0)
+    reading.update(status, 0.0)
+    reading.observe(log_lines, 0.0)  # (a line without the job's clock: time 0, "as_of" None)
+    if reading.estimate is None:
+        return None
+    points = reading.tracker.points
+    as_of = points[-1][0] if reading.counting is not None and points and points[-1][0] > 0 else None
+    return {**reading.estimate.to_dict(), "as_of": as_of}
 
 
 def replica_row(replica: Replica) -> JSONObject:
@@ -99,12 +129,12 @@ def metric_series(lines: list[LogLine]) -> dict[str, list[list[float]]]:
             by_replica.setdefault(replica, []).append(record)
     if not by_replica:
         return {}
-    chosen = min(by_replica, key=_coordinator_first)
+    chosen = min(by_replica, key=log_replica_order)
     series: dict[str, list[list[float]]] = {}
     for position, record in enumerate(by_replica[chosen]):
         step = record.get("step", position)
         for key, value in record.items():
-            if key == "step" or isinstance(value, bool) or not isinstance(value, (int, float)):
+            if key in ("step", "total_steps") or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             series.setdefault(key, []).append([float(step), float(value)])
     return {k: _thin(v) for k, v in series.items()}
@@ -121,12 +151,6 @@ def lineage_rows(manifest: JSONObject) -> list[JSONObject]:
                      "resumed_from": entry.get("resumed_from"), "checkpoint": entry.get("checkpoint"),
                      "metrics": dict(entry.get("metrics") or {}), "promoted": key in promoted})
     return rows
-
-
-def _coordinator_first(replica: str) -> tuple[int, int, str]:
-    role, _, index = replica.rpartition("-")
-    coordinator = role in ("master", "chief", "launcher", "head")
-    return (0 if coordinator else 1, int(index) if index.isdigit() else 0, replica)
 
 
 def _thin(points: list[list[float]]) -> list[list[float]]:

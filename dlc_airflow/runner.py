@@ -105,6 +105,12 @@ def replica_order(replica: Replica) -> tuple[int, str, int]:
     return (0 if replica.role in COORDINATOR_ROLES else 1, replica.role, replica.index)
 
 
+def log_replica_order(replica: str) -> tuple[int, int, str]:
+    """A LogLine's replica name (<role>-<index>) in the same order: whose reports count first."""
+    role, _, index = replica.rpartition("-")
+    return (0 if role in COORDINATOR_ROLES else 1, int(index) if index.isdigit() else 0, replica)
+
+
 # (the job's status, and its replicas as last seen: [] where a backend does not watch them)
 OnStatus = Callable[[JobStatus, Sequence[Replica]], None]
 

@@ -35,6 +35,15 @@ class RoleCounts(BaseModel):
     failed: int = 0
 
 
+class ReportedProgress(BaseModel):
+    """Progress a backend itself keeps for the job (Kubeflow Trainer's status.trainerStatus); the
+    count-based progress of the job's own log lines is dlc_airflow.eta's."""
+
+    percent: float
+    eta_seconds: float | None = None
+    updated: datetime | None = None
+
+
 class JobStatus(BaseModel):
     state: JobState
     reason: str = ""
@@ -44,6 +53,7 @@ class JobStatus(BaseModel):
     created: datetime | None = None
     started: datetime | None = None
     finished: datetime | None = None
+    progress: ReportedProgress | None = None
 
     @property
     def terminal(self) -> bool:

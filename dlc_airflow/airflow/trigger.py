@@ -10,7 +10,9 @@ not wait for a worker slot. A task that needs no worker at all starts here
 (start_from_trigger): the trigger submits or adopts its job first (dlc_airflow.airflow.start).
 
 Waiting costs the API server nothing per job: status, pods and Events come from the shared
-watches; pod logs are read at the job's state changes and at its end. The few blocking calls
+watches; pod logs are read at the job's state changes and at its end. A job whose logs are files
+of this host (local, Slurm) has them read every FOLDER_LOG_EVERY seconds too, which is what
+keeps its progress and ETA lines coming (a Kubeflow Trainer job's come with its status). The few blocking calls
 (logs, the wrap-up) run on a thread pool of dlc-airflow's own, so they never queue behind other
 triggers' work on asyncio's default pool.
 """
@@ -34,7 +36,7 @@ from dlc_airflow.finish import OnFinish, finish
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.progress import Progress
-from dlc_airflow.registry import has_connection
+from dlc_airflow.registry import has_connection, has_file_logs
 from dlc_airflow.runner import Connection, JobRunner, Replica
 from dlc_airflow.status import JobStatus
 
@@ -43,6 +45,7 @@ T = TypeVar("T")
 # a start's submit): a burst of finishing jobs is not queued behind other triggers' work on
 # asyncio's default pool (a few threads on a small machine), nor they behind it.
 _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dlc-trigger")
+FOLDER_LOG_EVERY = 5.0  # seconds between reads of a job's log files while it runs (a file read each)
 
 
 async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -145,7 +148,8 @@ class DLCJobTrigger(BaseTrigger):
         elapsed = max(0.0, time.time() - self.queued_since) if self.queued_since else 0.0
         timeout = self.deadline - (self.queued_since or time.time()) if self.deadline else None
         progress = Progress(ref.name, time.monotonic() - elapsed, queue_timeout=self.queue_timeout,
-                            timeout=timeout, stream_logs=self.stream_logs)
+                            timeout=timeout, stream_logs=self.stream_logs,
+                            log_every=FOLDER_LOG_EVERY if has_file_logs(ref.backend) else None)
         notifications = Notifications.from_dict(self.notify)
         wait = WaitIO(runner, ref, self.log, progress, notifications.on_change if notifications else None)
         loop = asyncio.get_running_loop()
@@ -156,7 +160,8 @@ class DLCJobTrigger(BaseTrigger):
             loop.call_soon_threadsafe(updates.put_nowait, (status, replicas))
 
         await blocking(follower.start, on_status)
-        self.log.info("waiting on job %s in %s (shared watch; logs at each state change)", ref.name, ref.place)
+        when = f"every {FOLDER_LOG_EVERY:.0f}s and at each state change" if progress.log_every else "at each state change"
+        self.log.info("waiting on job %s in %s (shared watch; logs %s)", ref.name, ref.place, when)
         try:
             while True:
                 batch: list[Update] = []

@@ -3,7 +3,8 @@
 `Progress.step` (dlc_airflow.progress) decides each turn; `WaitIO.turn` does what it asks,
 for the worker's loop below and the triggerer's (trigger.py) alike: log its lines, tell
 the notifiers, ask the backend's events why a job cannot start, and copy the job's logs and
-events into the task log, each line prefixed with its replica (`[worker-1] ...`).
+events into the task log, each line prefixed with its replica (`[worker-1] ...`), and log the
+job's progress and ETA when they change (`Progress.observe` over the lines just copied).
 The two loops differ only in how statuses arrive (a thread's condition, an asyncio queue).
 """
 
@@ -17,7 +18,17 @@ from dataclasses import dataclass, field
 
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.progress import Progress, Verdict
-from dlc_airflow.runner import Event, EventSource, JobRunner, Log, LogPositions, QueueSource, Replica, replica_order
+from dlc_airflow.runner import (
+    Event,
+    EventSource,
+    JobRunner,
+    Log,
+    LogLine,
+    LogPositions,
+    QueueSource,
+    Replica,
+    replica_order,
+)
 from dlc_airflow.status import JobStatus
 
 LOG_EVERY = 2.0  # seconds between log fetches while a job runs (a worker's wait)
@@ -34,10 +45,8 @@ class LogCursor:
     seen_events: set[str] = field(default_factory=set)
 
     def emit(self, runner: JobRunner, ref: JobRef, log: Log, replicas: Sequence[Replica] | None,
-             events: bool = True) -> int:
-        """Log new log lines and events (where the backend keeps events); returns how many lines
-        were logged."""
-        count = 0
+             events: bool = True) -> list[LogLine]:
+        """Log new log lines and events (where the backend keeps events); returns the log lines."""
         try:
             lines, self.positions = runner.logs(ref, self.positions, replicas=log_replicas(replicas))
         except Exception as exc:  # noqa: BLE001 - logs are best effort; the wait goes on
@@ -45,7 +54,6 @@ class LogCursor:
             lines = []
         for replica, line in lines:
             log.info("[%s] %s", replica, line)
-            count += 1
         if events and isinstance(runner, EventSource):
             try:
                 new = runner.events(ref, self.seen_events)
@@ -55,8 +63,7 @@ class LogCursor:
             for event in sorted(new, key=lambda e: e.time):
                 self.seen_events.add(event.uid)
                 log.log(logging.WARNING if event.warning else logging.INFO, "[event] %s", describe_event(event))
-                count += 1
-        return count
+        return lines
 
 
 def why_not_started(runner: JobRunner, ref: JobRef, log: Log) -> str:
@@ -130,7 +137,9 @@ class WaitIO:
             for change in step.changes:
                 self.on_change(change.previous, change.status)
         if step.read_logs:
-            self.cursor.emit(self.runner, self.ref, self.log, self.replicas or None, events=step.read_events)
+            lines = self.cursor.emit(self.runner, self.ref, self.log, self.replicas or None, events=step.read_events)
+            for line in self.progress.observe(lines, now):
+                self.log.info("%s", line)
         return step.verdict
 
 

@@ -4,6 +4,7 @@ Stdlib only (torch is used when installed and never imported here): importing th
 in a training script costs nothing.
 
     from dlc_airflow.runtime import rank, world_size, shard, save_checkpoint, resume_path, log_metrics
+    from dlc_airflow.runtime import log_progress  # log_progress(step, total_steps, loss=...): progress and ETA
     from dlc_airflow.runtime import pipeline   # inside a dlc_airflow.pipelines step: interval, URIs
 
 Paths, in and out:
@@ -45,6 +46,7 @@ from dlc_airflow.runtime.env import (
 )
 from dlc_airflow.runtime.metrics import (
     log_metrics,
+    log_progress,
     parse_metric_line,
     parse_outputs,
     read_outputs,
@@ -62,6 +64,7 @@ __all__ = [
     "list_checkpoints",
     "local_rank",
     "log_metrics",
+    "log_progress",
     "node_rank",
     "parse_metric_line",
     "parse_outputs",

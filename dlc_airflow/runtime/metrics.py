@@ -9,6 +9,22 @@ Two channels, so a waiting task sees them whatever the backend:
   after the container ends; the kubelet keeps only 4096 bytes of it, so the document is kept
   under that: the least recently updated metrics go first (the largest first among equally
   old ones), then the largest outputs, and the document says what it dropped.
+
+Progress: a job that knows how far it has to go says so, and the waiting task logs its
+progress and ETA (when they change), the report page shows it and the task's XCom has it
+(result["progress"]: current, total, unit, percent, eta_seconds):
+
+    log_progress(120, 1000, loss=0.4)              # 120 of 1000 steps, with metrics
+    log_progress(5_000, 80_000, unit="samples")
+    log_metrics(step=120, total_steps=1000, loss=0.4)   # the same as the first line
+
+A progress line is a metrics line with `step`, `total_steps` (`progress_unit` when not
+"steps") and the job's clock `time` (so the rate is the job's, however late the lines are
+read); dlc_airflow.eta estimates from them. The count may go back (a restart resumed from an
+older checkpoint): the rate is measured again from there. Under Kubeflow Trainer with its
+TrainJobStatus feature on (KUBEFLOW_TRAINER_SERVER_URL in the env), progress, ETA and the
+numeric metrics are also sent to the Trainer's status server (dlc_airflow.runtime.trainer_status),
+which writes them to the TrainJob's status.trainerStatus.
 """
 
 from __future__ import annotations
@@ -19,8 +35,10 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
+from dlc_airflow import eta
 from dlc_airflow.jsonvalue import JSONObject
 
 __all__ = [
@@ -28,6 +46,7 @@ __all__ = [
     "METRICS_PREFIX",
     "current_document",
     "log_metrics",
+    "log_progress",
     "parse_metric_line",
     "parse_outputs",
     "read_outputs",
@@ -44,6 +63,7 @@ _updated: dict[str, int] = {}  # metric -> call counter of its last update
 _outputs: JSONObject = {}
 _calls = 0
 _warned = False
+_tracker = eta.Tracker()  # this process's progress, for the ETA sent to Kubeflow Trainer
 
 
 def _json_value(key: str, value: Any) -> Any:
@@ -66,12 +86,18 @@ def _dumps(doc: JSONObject) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False, sort_keys=False)
 
 
-def log_metrics(step: int | None = None, **values: Any) -> JSONObject:
-    """Print one `DLC_METRICS {...}` line and remember the latest values; returns the line's dict."""
+def log_metrics(step: int | None = None, total_steps: int | None = None, **values: Any) -> JSONObject:
+    """Print one `DLC_METRICS {...}` line and remember the latest values; returns the line's dict.
+    With `total_steps` the line is also progress: `step` of `total_steps` (see log_progress)."""
     global _calls
     record: JSONObject = {}
     if step is not None:
-        record["step"] = int(step)
+        record["step"] = _count("step", step)
+    if total_steps is not None:
+        if step is None:
+            raise ValueError("log_metrics: total_steps needs step (how many of total_steps are done)")
+        record["total_steps"] = _count("total_steps", total_steps)
+        eta.check_counts(record["step"], record["total_steps"])
     for key, value in values.items():
         record[key] = _json_value(key, value)
     with _lock:
@@ -80,10 +106,43 @@ def log_metrics(step: int | None = None, **values: Any) -> JSONObject:
             _metrics.pop(key, None)
             _metrics[key] = value
             _updated[key] = _calls
-        line = METRICS_PREFIX + _dumps(record)
+        # the job's clock goes on the line only: the waiting side's rate is the job's
+        line = METRICS_PREFIX + _dumps({**record, "time": round(time.time(), 3)} if total_steps is not None else record)
         print(line, flush=True)
         _write_env_file()
+        if total_steps is not None:
+            _to_trainer(record)
     return record
+
+
+def log_progress(current: int, total: int, unit: str = eta.DEFAULT_UNIT, **metrics: Any) -> JSONObject:
+    """Say how far the job is: `current` of `total` `unit`s, with any metrics of this moment.
+    The waiting task logs progress and ETA when they change; the XCom has the last of them."""
+    if not isinstance(unit, str) or not unit.strip():
+        raise ValueError(f"log_progress: unit must be a non-empty string such as 'steps', not {unit!r}")
+    if unit != eta.DEFAULT_UNIT:
+        metrics["progress_unit"] = unit
+    return log_metrics(step=current, total_steps=total, **metrics)
+
+
+def _count(name: str, value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"log_metrics: {name} must be a whole number, not {value!r}") from None
+
+
+def _to_trainer(record: JSONObject) -> None:
+    """Progress, ETA and metrics to Kubeflow Trainer's status server, when the Trainer asks for them."""
+    from dlc_airflow.runtime.trainer_status import enabled, report
+
+    if not enabled():
+        return
+    found = eta.from_record(record)
+    if found is None:
+        return
+    estimate = _tracker.observe(time.time(), *found)
+    report(estimate, dict(_metrics))
 
 
 def report_output(key: str, value: Any) -> None:
@@ -210,10 +269,11 @@ def read_outputs(path: str | os.PathLike[str]) -> JSONObject:
         return {"metrics": {}, "outputs": {}}
 
 
-def parse_metric_line(line: str) -> JSONObject | None:
+def parse_metric_line(line: str, *, with_time: bool = False) -> JSONObject | None:
     """The metrics of a `DLC_METRICS {...}` log line, or None for any other line.
 
-    The marker may follow a prefix (a timestamp, a stream name) added by the log source.
+    The marker may follow a prefix (a timestamp, a stream name) added by the log source. A
+    progress line's `time` (the job's clock, not a metric) is left out unless `with_time`.
     """
     at = line.find(METRICS_PREFIX)
     if at < 0:
@@ -222,7 +282,11 @@ def parse_metric_line(line: str) -> JSONObject | None:
         record = json.loads(line[at + len(METRICS_PREFIX) :])
     except ValueError:
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    if not with_time:
+        record.pop("time", None)
+    return record
 
 
 def _reset_for_tests() -> None:
@@ -233,3 +297,5 @@ def _reset_for_tests() -> None:
         _outputs.clear()
         _calls = 0
         _warned = False
+        _tracker.points.clear()
+        _tracker.total = None

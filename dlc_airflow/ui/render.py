@@ -5,9 +5,9 @@ Every value that reaches a page goes through `_e` (html.escape), attributes incl
 other than http(s), relative or file URLs are shown as text, never as links.
 
 The pages carry what the browser tests read: element ids (`summary`, `timeline`, `restarts`,
-`events`, `metrics`, `outputs`, `links`, `jobs`, `runs`, `lineage`, `lineage-chart`) and
+`progress`, `events`, `metrics`, `outputs`, `links`, `jobs`, `runs`, `lineage`, `lineage-chart`) and
 data-* attributes (`data-replicas`, `data-replica`, `data-state`, `data-metric`,
-`data-points`, `data-interval`).
+`data-points`, `data-interval`, `data-percent`, `data-eta`).
 """
 
 from __future__ import annotations
@@ -148,6 +148,7 @@ def job_page(report: JSONObject, links: dict[str, str]) -> str:
         f'<p class="sub">{sub}</p>' if sub else "",
         _links_section(links),
         _summary_section(job, report.get("roles") or {}),
+        _progress_section(report.get("progress"), job.get("state")),
         _timeline_section(job, report.get("replicas") or []),
         _restarts_section(report.get("restarts") or []),
         _events_section(report.get("events") or []),
@@ -373,6 +374,31 @@ def _metrics_section(metrics: JSONObject) -> str:
         html += (f'<h3>Final values</h3><table id="final-metrics" data-count="{len(final)}"><thead><tr>'
                  f'<th>Metric</th><th class="num">Value</th></tr></thead><tbody>{trs}</tbody></table>')
     return _section("metrics", "Metrics", html)
+
+
+def _progress_section(progress: Any, state: Any) -> str:
+    """How far the job is (dlc_airflow.report.progress_of): a bar, the counts and the ETA; nothing
+    when it reported no progress."""
+    shown = _number(progress.get("percent")) if isinstance(progress, dict) else None
+    if shown is None:
+        return ""
+    percent = max(0.0, min(100.0, shown))
+    eta = _number(progress.get("eta_seconds"))
+    if str(state).upper() in ("SUCCEEDED", "FAILED", "STOPPED"):
+        when = ""
+    elif eta is None:
+        when = "ETA unknown (no rate yet)"
+    else:
+        as_of = _number(progress.get("as_of"))
+        stamp = f" as of {_clock(datetime.fromtimestamp(as_of, UTC))}" if as_of is not None else ""
+        when = f"ETA {_duration(eta)}{stamp}"
+    unit = progress.get("unit") or "steps"
+    counts = ("" if unit == "percent" else
+              f"{_value(progress.get('current'))} / {_value(progress.get('total'))} {_e(unit)} · ")
+    bar = (f'<div style="background:#e5e7eb;border-radius:4px;height:12px;width:100%;max-width:760px">'
+           f'<div style="background:#2563eb;border-radius:4px;height:12px;width:{percent:.1f}%"></div></div>')
+    return (f'<section id="progress" data-percent="{percent:.1f}" data-eta="{"" if eta is None else int(eta)}">'
+            f"<h2>Progress</h2>{bar}<p>{counts}{percent:.1f}%{' · ' + _e(when) if when else ''}</p></section>")
 
 
 def _outputs_section(outputs: JSONObject) -> str:

@@ -293,3 +293,23 @@ SECRET_CHECK = textwrap.dedent(f"""
     report_output("token_ok", digest("HF_TOKEN") == "{hashlib.sha256(b'hf_StateSecret99').hexdigest()}"
                   and digest("API_KEY") == "{hashlib.sha256(b'key-State-88').hexdigest()}")
 """)
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
+def test_progress_and_eta_on_slurm(dag_files, slurm, slurm_conn, deferrable, capfd):
+    """The job's log_progress lines, read from its Slurm job folder: progress and ETA in the task
+    log on change only (the worker's wait and the trigger's), the last progress in the XCom."""
+    from tests.airflow.test_progress_dagtest import PROGRESS, STEPS, TRAIN
+
+    # the job imports dlc_airflow.runtime from this checkout (Slurm does not pass the test's PYTHONPATH)
+    here = f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+    dag = dag_files.operator_dag(backend="slurm", conn_id=slurm_conn, deferrable=deferrable,
+                                 job=batch_job(command=[sys.executable, "-c", here + TRAIN]))
+    ti = dag.test().get_task_instance("train")
+    text = "".join(capfd.readouterr())
+    assert ti.state == "success", text[-3000:]
+    assert xcom(ti)["progress"] == {"current": STEPS, "total": STEPS, "unit": "steps", "percent": 100.0,
+                                    "eta_seconds": 0}
+    said = [(int(m[1]), m[3]) for m in PROGRESS.finditer(text)]
+    assert 2 <= len(said) <= 12 and said[-1] == (STEPS, "0s"), said
+    assert any(eta.endswith("s") and eta[:-1].isdigit() and current < STEPS for current, eta in said), said

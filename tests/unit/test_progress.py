@@ -177,3 +177,37 @@ def test_the_next_turn_is_due_sooner_while_a_job_has_not_started():
     streaming = Progress("job-2", now=0.0, heartbeat=3600, stream_logs=True, log_every=2.0)
     streaming.step([status("RUNNING", active=2)], 0.0)
     assert streaming.wakeup(0.5) == 2.0
+
+
+def _line(replica, step, total, t):
+    return (replica, f'DLC_METRICS {{"step":{step},"total_steps":{total},"loss":0.5,"time":{t}}}')
+
+
+def test_progress_lines_are_logged_on_change_only():
+    from dlc_airflow.runner import LogLine
+
+    p = Progress("job-1", now=0.0)
+    said = []
+    for i in range(0, 101):  # one progress line a second, read in batches of 5
+        if i % 5 == 0 and i:
+            batch = [LogLine(*_line("worker-0", s, 100, 1000.0 + s)) for s in range(i - 4, i + 1)]
+            said += p.observe(batch, float(i))
+    assert said[0] == "job job-1: progress 5/100 steps (5%), ETA 95s"
+    assert said[-1] == "job job-1: progress 100/100 steps (100%), ETA 0s"
+    assert len(said) <= 21  # at most one per 5% step (plus an ETA that moved), never one per line
+    assert p.observe([LogLine("worker-0", "hello")], 200.0) == []
+
+
+def test_progress_counts_the_coordinators_lines_and_the_backends_when_none():
+    from dlc_airflow.runner import LogLine
+    from dlc_airflow.status import ReportedProgress
+
+    p = Progress("job-1", now=0.0)
+    running = JobStatus(state=JobState.RUNNING, progress=ReportedProgress(percent=30, eta_seconds=70))
+    assert p.update(running, 1.0)[-1] == "job job-1: progress 30%, ETA 70s"
+    p.observe([LogLine(*_line("worker-1", 90, 100, 10.0))], 2.0)
+    assert p.counting == "worker-1"
+    said = p.observe([LogLine(*_line("master-0", 20, 100, 10.0)), LogLine(*_line("worker-1", 95, 100, 11.0))], 3.0)
+    assert p.counting == "master-0" and said == ["job job-1: progress 20/100 steps (20%), ETA unknown"]
+    # the job's own lines win over the backend's percentage from now on
+    assert not any("progress" in line for line in p.update(running.model_copy(update={"message": "x"}), 4.0))

@@ -99,3 +99,33 @@ def test_a_replica_process_writes_the_document(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == 'DLC_METRICS {"step":3,"loss":0.25}\n'
     assert metrics.read_outputs(out) == {"metrics": {"step": 3, "loss": 0.25}, "outputs": {"model": "/models/m1"}}
+
+
+def test_log_progress_is_a_metrics_line_with_the_jobs_clock(tmp_path, fresh, capsys):
+    out = tmp_path / "worker-0.json"
+    fresh.setenv("DLC_OUTPUT_FILE", str(out))
+    assert metrics.log_progress(120, 1000, loss=0.4) == {"step": 120, "total_steps": 1000, "loss": 0.4}
+    metrics.log_progress(5, 80, unit="shards")
+    metrics.log_metrics(step=121, total_steps=1000)
+    first, second, third = (metrics.parse_metric_line(line, with_time=True)
+                            for line in capsys.readouterr().out.splitlines())
+    assert set(first) == {"step", "total_steps", "loss", "time"} and isinstance(first["time"], float)
+    assert second["progress_unit"] == "shards" and third["step"] == 121
+    assert "time" not in metrics.read_outputs(out)["metrics"]  # the clock is the line's, not a metric
+    metrics.log_progress(122, 1000)
+    assert metrics.parse_metric_line(capsys.readouterr().out) == {"step": 122, "total_steps": 1000}
+    metrics.log_metrics(step=3, loss=0.1)
+    assert "time" not in metrics.parse_metric_line(capsys.readouterr().out, with_time=True)
+
+
+@pytest.mark.parametrize(("call", "error", "message"), [
+    (lambda: metrics.log_metrics(total_steps=10), ValueError, "log_metrics: total_steps needs step"),
+    (lambda: metrics.log_progress(5, 0), ValueError, "progress: total must be > 0, not 0"),
+    (lambda: metrics.log_progress(-1, 10), ValueError, "progress: current must be >= 0, not -1"),
+    (lambda: metrics.log_progress("x", 10), TypeError, "log_metrics: step must be a whole number, not 'x'"),
+    (lambda: metrics.log_progress(1, 10, unit=""), ValueError, "log_progress: unit must be a non-empty string"),
+])
+def test_bad_progress_is_refused_with_a_clear_error(call, error, message, capsys):
+    with pytest.raises(error, match=message):
+        call()
+    assert capsys.readouterr().out == ""  # nothing printed for a refused call

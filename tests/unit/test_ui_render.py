@@ -375,3 +375,23 @@ def test_error_page() -> None:
     main = root.one("main", id="error")
     assert main.attrs["data-status"] == "404" and EVIL in main.text()
     assert re.search(r"<title>404 Not found</title>", html)
+
+
+def test_progress_section_of_a_running_and_a_finished_job() -> None:
+    info = JobInfo(ref=ref())
+    lines = [("worker-0", "DLC_METRICS " + json.dumps({"step": s, "total_steps": 400, "loss": 1.0,
+                                                        "time": 1_800_000_000 + s / 10}))
+             for s in range(0, 101, 10)]
+    running = JobStatus(state=JobState.RUNNING, created=T0)
+    report = build_report(info, running, [], [], lines, {})
+    assert report["progress"] == {"current": 100, "total": 400, "unit": "steps", "percent": 25.0,
+                                  "eta_seconds": 30, "as_of": 1_800_000_010.0}
+    assert "total_steps" not in report["metrics"]["series"] and "time" not in report["metrics"]["series"]
+    section = parse(render.job_page(report, {})).one(id="progress")
+    assert section.attrs["data-percent"] == "25.0" and section.attrs["data-eta"] == "30"
+    assert "100 / 400 steps · 25.0% · ETA 30s as of 2027-01-15 08:00:10 UTC" in section.text()
+    done = JobStatus(state=JobState.SUCCEEDED, created=T0)
+    report = build_report(info, done, [], [], lines, {"metrics": {"step": 400, "total_steps": 400}, "outputs": {}})
+    section = parse(render.job_page(report, {})).one(id="progress")
+    assert section.attrs["data-percent"] == "100.0" and "ETA" not in section.text()
+    assert parse(render.job_page(build_report(info, running, [], [], [], {}), {})).find_all(id="progress") == []

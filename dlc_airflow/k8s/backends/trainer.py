@@ -70,7 +70,7 @@ from dlc_airflow.k8s.backends.podspec import (
 )
 from dlc_airflow.k8s.kinds import TRAIN_JOB
 from dlc_airflow.spec import MPI_HOSTFILE, DLCJob, hostfile_spec
-from dlc_airflow.status import JobState, JobStatus, RoleCounts, condition
+from dlc_airflow.status import JobState, JobStatus, ReportedProgress, RoleCounts, condition
 
 RUNTIME_GROUP = "trainer.kubeflow.org"
 RUNTIME_KIND = "ClusterTrainingRuntime"
@@ -245,6 +245,7 @@ def trainjob_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStat
         "roles": roles,
         "created": earliest([meta.get("creationTimestamp")]),
         "started": earliest((p.get("status") or {}).get("startTime") for p in pods or []),
+        "progress": trainer_progress(st),
     }
     if cond := condition(obj, "Failed"):
         # the condition of the TrainJob's JobSet, copied by the Trainer controller
@@ -266,3 +267,16 @@ def trainjob_status(obj: Manifest, pods: Sequence[Pod] | None = None) -> JobStat
     if any(int(s.get("ready") or 0) or int(s.get("succeeded") or 0) for s in statuses):
         return JobStatus(state=JobState.RUNNING, reason=reasons.RUNNING, **base)
     return JobStatus(state=JobState.PENDING, reason=reasons.CREATED, **base)
+
+
+def trainer_progress(status: JSONObject) -> ReportedProgress | None:
+    """The progress the job's pods reported to the Trainer's status server (TrainJobStatus feature
+    gate; dlc_airflow.runtime.trainer_status sends it): status.trainerStatus's progressPercentage
+    and estimatedRemainingSeconds. None when the job reported no percentage."""
+    reported = status.get("trainerStatus") or {}
+    percent, remaining = reported.get("progressPercentage"), reported.get("estimatedRemainingSeconds")
+    if not isinstance(percent, (int, float)) or isinstance(percent, bool):
+        return None
+    eta = float(remaining) if isinstance(remaining, (int, float)) and not isinstance(remaining, bool) else None
+    return ReportedProgress(percent=max(0.0, min(100.0, float(percent))), eta_seconds=eta,
+                            updated=latest([reported.get("lastUpdatedTime")]))
