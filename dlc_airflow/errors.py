@@ -57,9 +57,10 @@ class SubmitError(Exception):
 
     permanent: bool = False
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, reason: str = "") -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.reason = reason  # a dlc_airflow.reasons name when one fits (QUOTA_EXCEEDED)
 
 
 class OwnershipError(SubmitError):

@@ -21,6 +21,7 @@ PREEMPTED = "Preempted"  # Kueue evicted the job for a higher-priority or reclai
 OOM_KILLED = "OOMKilled"  # a replica used more memory than resources.memory allows
 NODE_FAIL = "NodeFail"  # a node of the job failed under it (Slurm NODE_FAIL)
 FORBIDDEN = "Forbidden"  # the connection's identity may not watch the job (401/403)
+QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota refused the job's objects at submit
 
 # live
 CREATED = "Created"

@@ -46,7 +46,12 @@ def job_report(runner: JobRunner, info: JobInfo) -> JSONObject:
             break
         lines.extend(new)
     events = runner.events(ref) if isinstance(runner, EventSource) else []
-    position = runner.queue_position(ref) if isinstance(runner, QueueSource) and status.state in QUEUED_STATES else ""
+    position = ""
+    if isinstance(runner, QueueSource) and status.state in QUEUED_STATES:
+        try:
+            position = runner.queue_position(ref)
+        except Exception:  # noqa: BLE001 - the report shows the rest
+            position = ""
     return build_report(info, status, runner.replicas(ref), events, lines, runner.outputs(ref), position)
 
 

@@ -25,7 +25,7 @@ from dlc_airflow.spec import DLCJob
 PREEMPTION_DELAY = 30.0
 # A namespace's ResourceQuota refused the job's objects: quota frees as other jobs end.
 QUOTA_DELAY = 300.0
-QUOTA_EXCEEDED = "QuotaExceeded"  # admission refused the create: exceeded quota
+QUOTA_EXCEEDED = reasons.QUOTA_EXCEEDED
 
 
 class Action(str, Enum):
@@ -68,5 +68,8 @@ def next_attempt_job(job: DLCJob, previous_reason: str) -> DLCJob:
         return job
     roles = {name: role.model_copy(update={"resources": role.resources.model_copy(update={"memory": memory})})
              if role.resources else role for name, role in job.roles.items()}
+    # the raised copy no longer asks for more (the spec is validated again where it runs: Slurm's
+    # prelude, `jobs clone`), and an OOM kill with it is the end (see decide's caller)
+    fault_tolerance = job.fault_tolerance.model_copy(update={"oom_retry_memory": None})
     return job.model_copy(update={"resources": job.resources.model_copy(update={"memory": memory}),
-                                  "roles": roles})
+                                  "roles": roles, "fault_tolerance": fault_tolerance})

@@ -290,7 +290,13 @@ class DLCJobOperator(BaseOperator):
 
         if isinstance(event, dict) and "dlc_start_error" in event:  # a start in the triggerer failed
             error = f"{self.task_id}: {event['dlc_start_error']}"
-            raise AirflowFailException(error) if event.get("permanent") else AirflowException(error)
+            if event.get("permanent"):
+                raise AirflowFailException(error)
+            if event.get("reason"):  # the retry policy reads it (a quota refusal)
+                from dlc_airflow.errors import SubmitError
+
+                raise SubmitError(error, reason=str(event["reason"]))
+            raise AirflowException(error)
         if JobEvent.is_payload(event):
             job_event = JobEvent.from_dict(event)
             for key, value in (event.get(XCOMS) or {}).items():  # a task started in the triggerer

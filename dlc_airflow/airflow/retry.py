@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 
 from dlc_airflow.airflow.compat import OFFERS
-from dlc_airflow.retrying import QUOTA_EXCEEDED, Action, Decision, decide
+from dlc_airflow.retrying import Action, Decision, decide
 
 if TYPE_CHECKING or OFFERS.retry_policy:
     from airflow.sdk import RetryAction, RetryDecision, RetryPolicy
@@ -39,13 +39,17 @@ class JobDidNotSucceed(AirflowException):
 
 
 def reason_of(exception: BaseException) -> tuple[str, str | None] | None:
-    """(the job's reason, oom_retry_memory) of a task failure we know; None for others."""
-    from dlc_airflow.k8s.errors import AdmissionDenied
+    """(the job's reason, oom_retry_memory) of a task failure we know, looking through what
+    raised it (a submit refused for quota: SubmitError.reason); None for others."""
+    from dlc_airflow.errors import SubmitError
 
-    if isinstance(exception, JobDidNotSucceed):
-        return exception.reason, exception.oom_retry_memory
-    if isinstance(exception, AdmissionDenied) and "exceeded quota" in exception.message:
-        return QUOTA_EXCEEDED, None  # a ResourceQuota refused the job's objects at create
+    seen: BaseException | None = exception
+    while seen is not None:
+        if isinstance(seen, JobDidNotSucceed):
+            return seen.reason, seen.oom_retry_memory
+        if isinstance(seen, SubmitError) and seen.reason:
+            return seen.reason, None
+        seen = seen.__cause__
     return None
 
 

@@ -141,7 +141,8 @@ class DLCJobTrigger(BaseTrigger):
         except StartError as exc:
             self.log.error("%s", exc)
             # the worker raises it for Airflow: a permanent error fails the task without retries
-            yield TriggerEvent({"dlc_start_error": str(exc), "permanent": exc.permanent})
+            yield TriggerEvent({"dlc_start_error": str(exc), "permanent": exc.permanent,
+                                "reason": getattr(exc.__cause__, "reason", "") or ""})
             return
         # the wait began at the submit (queued_since), maybe in another triggerer: its clocks
         # (and its messages: "within timeout (30m)") count from there

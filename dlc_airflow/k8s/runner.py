@@ -16,7 +16,7 @@ import logging
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from dlc_airflow import specpack
+from dlc_airflow import reasons, specpack
 from dlc_airflow.errors import OwnershipError, SubmitError
 from dlc_airflow.jobinfo import JobInfo, attempt_of
 from dlc_airflow.jobref import JobRef
@@ -25,7 +25,7 @@ from dlc_airflow.k8s.api import Manifest, Pod, as_events, as_pods
 from dlc_airflow.k8s.backends import kueue
 from dlc_airflow.k8s.backends.base import KUEUE_QUEUE_LABEL, Backend, stop_annotations
 from dlc_airflow.k8s.client import KubeClient
-from dlc_airflow.k8s.errors import AuthError, Conflict, KubeConfigError, KubeError, NotFound
+from dlc_airflow.k8s.errors import AdmissionDenied, AuthError, Conflict, KubeConfigError, KubeError, NotFound
 from dlc_airflow.k8s.events import event_of, is_job_event
 from dlc_airflow.k8s.kinds import EVENT, POD, SECRET, WORKLOAD, ResourceKind, kind_of, kinds_detail, ref_kinds
 from dlc_airflow.k8s.pods import CONTAINER, MESSAGE, POD_NAME, STARTED_PHASES, replicas_of, stamped_line
@@ -127,9 +127,12 @@ class KubeRunner:
         except KubeError as exc:
             self._roll_back(created)
             what = f"{obj['kind']} {obj['metadata']['name']}"
+            # a ResourceQuota's refusal frees as other jobs end: worth a later try
+            quota = isinstance(exc, AdmissionDenied) and "exceeded quota" in (exc.message or "")
             raise SubmitError(f"submitting job {name} to namespace {self.namespace} failed at {what}: "
                               f"{exc.message or exc.reason} ({exc.status or 'no response'})",
-                              permanent=exc.status in PERMANENT_STATUSES) from exc
+                              permanent=exc.status in PERMANENT_STATUSES and not quota,
+                              reason=reasons.QUOTA_EXCEEDED if quota else "") from exc
         except OwnershipError:
             self._roll_back(created)
             raise
@@ -321,8 +324,11 @@ class KubeRunner:
     def queue_position(self, ref: JobRef) -> str:
         """Where the queued job stands in its Kueue LocalQueue and ClusterQueue, and what waits
         ahead of it (the process's shared reader of the queue: dlc_airflow.k8s.queues)."""
-        if ref.name not in self._queues:  # the job's queue, read once
-            labels = [(o.get("metadata") or {}).get("labels") or {} for o in self.objects(ref)]
+        if ref.name not in self._queues:  # the job's queue, read once its objects are there
+            objects = self.objects(ref)
+            if not objects:
+                return ""
+            labels = [(o.get("metadata") or {}).get("labels") or {} for o in objects]
             self._queues[ref.name] = next((ls[KUEUE_QUEUE_LABEL] for ls in labels if KUEUE_QUEUE_LABEL in ls), "")
         queue = self._queues[ref.name]
         if not queue or not ref.uid:

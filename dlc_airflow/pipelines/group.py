@@ -179,7 +179,7 @@ def training_pipeline(
     }
     gid = group_id
     ids = {name: f"{gid}.{name}"
-           for name in ("lineage", "preprocess", "train", "commit", "gate", "promote", "inference")}
+           for name in ("lineage", "preprocess", "train", "commit", "gate", "approve", "promote", "inference")}
     model_source = ids["promote"] if gate is not None else ids["commit"]
 
     pre_spec = _with_env(pre_job, "preprocess", {**common_env, "DLC_OUTPUT_URI": layout.data_template()})
@@ -223,7 +223,7 @@ def training_pipeline(
             # with an approval, promote also runs when approve skipped itself (nothing to approve);
             # a rejection skips promote itself (the ApprovalOperator's own rule)
             promote = PromoteOperator(task_id="promote", trigger_rule="none_failed" if approval else "all_success",
-                                      **gate_kwargs)
+                                      approve_task_id=ids["approve"] if approval else None, **gate_kwargs)
             if approval is not None:
                 from dlc_airflow.pipelines.hitl import approval_operator
 

@@ -237,6 +237,11 @@ class GateOperator(_LineageTask):
                 if serving else None}
 
 
+def _approved(answer: Any) -> bool:
+    """Whether the approve task's result (the HITL answer; None when it skipped) approves."""
+    return isinstance(answer, dict) and "Approve" in (answer.get("chosen_options") or [])
+
+
 class PromoteOperator(GateOperator):
     """The evaluation gate: promote this interval's model when its metric passes.
 
@@ -244,18 +249,22 @@ class PromoteOperator(GateOperator):
     promoted from data up to this interval; with no such model it is skipped.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, approve_task_id: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [promotions(kwargs["lineage"])])
         super().__init__(**kwargs)
+        self.approve_task_id = approve_task_id  # with an approval: only what a person approved moves
 
     def execute(self, context: Context) -> JSONObject:
         interval = context_interval(context)
         committed = self.committed(context, interval)
         metrics = committed.get("metrics") or {}
         decided: JSONObject = {}
+        approved = self.approve_task_id is None or _approved(context["ti"].xcom_pull(task_ids=self.approve_task_id))
 
         def gate(manifest: JSONObject) -> JSONObject:
             passes, move, why = lin.decide_promotion(manifest, interval, metrics, self.gate)
+            if move and not approved:  # the gate said no when asked (approve skipped): no one approved this
+                move, why = False, f"{why}, but no one approved it (the gate task found nothing to promote)"
             decided.update(passes=passes, move=move, why=why)
             if move:
                 return lin.promote(manifest, interval, metric=self.metric, value=metrics.get(self.metric),

@@ -110,8 +110,9 @@ def log_metrics(step: int | None = None, total_steps: int | None = None, **value
         line = METRICS_PREFIX + _dumps({**record, "time": round(time.time(), 3)} if total_steps is not None else record)
         print(line, flush=True)
         _write_env_file()
-        if total_steps is not None:
-            _to_trainer(record)
+        snapshot = dict(_metrics)
+    if total_steps is not None:  # a network call: outside the lock, other threads log on
+        _to_trainer(record, snapshot)
     return record
 
 
@@ -132,7 +133,7 @@ def _count(name: str, value: Any) -> int:
         raise TypeError(f"log_metrics: {name} must be a whole number, not {value!r}") from None
 
 
-def _to_trainer(record: JSONObject) -> None:
+def _to_trainer(record: JSONObject, metrics: JSONObject) -> None:
     """Progress, ETA and metrics to Kubeflow Trainer's status server, when the Trainer asks for them."""
     from dlc_airflow.runtime.trainer_status import enabled, report
 
@@ -141,8 +142,9 @@ def _to_trainer(record: JSONObject) -> None:
     found = eta.from_record(record)
     if found is None:
         return
-    estimate = _tracker.observe(time.time(), *found)
-    report(estimate, dict(_metrics))
+    with _lock:
+        estimate = _tracker.observe(time.time(), *found)
+    report(estimate, metrics)
 
 
 def report_output(key: str, value: Any) -> None:

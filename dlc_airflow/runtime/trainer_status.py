@@ -83,13 +83,19 @@ def report(estimate: Estimate, metrics: Mapping[str, Any], *, force: bool = Fals
     global _last_sent
     now = time.monotonic()
     done = estimate.current >= estimate.total
-    if not (force or done or now - _last_sent >= REPORT_EVERY):
-        return False
+    if _warned or not (force or done or now - _last_sent >= REPORT_EVERY):
+        return False  # after a failure, no more tries: a server that is down must not slow training
     _last_sent = now
     try:
         send(request_body(estimate, metrics, datetime.now(UTC)))
-    except (OSError, ValueError, urllib.error.URLError) as exc:
+    except ValueError as exc:  # ours: what the server answered (never the token or its path)
         _warn(str(exc))
+        return False
+    except urllib.error.URLError as exc:  # the connection's own words (TLS, refused...)
+        _warn(f"{type(exc).__name__}: {exc.reason}")
+        return False
+    except Exception as exc:  # noqa: BLE001 - best effort: training goes on whatever happens here
+        _warn(type(exc).__name__ + (f" ({exc.strerror})" if isinstance(exc, OSError) and exc.strerror else ""))
         return False
     return True
 
@@ -99,6 +105,8 @@ def send(body: JSONObject) -> None:
     url, token_file, ca_file = os.environ[URL_ENV], os.environ.get(TOKEN_ENV), os.environ.get(CA_ENV)
     if not token_file:
         raise ValueError(f"{TOKEN_ENV} is not set: the status server needs the TrainJob's token")
+    if not os.path.isfile(token_file):  # the env names a file; never echo what it holds instead
+        raise ValueError(f"{TOKEN_ENV} does not name a readable token file")
     with open(token_file, encoding="utf-8") as handle:  # read each time: the kubelet rotates it
         token = handle.read().strip()
     context = ssl.create_default_context(cafile=ca_file or None)

@@ -389,8 +389,8 @@ def _progress_section(progress: Any, state: Any) -> str:
     elif eta is None:
         when = "ETA unknown (no rate yet)"
     else:
-        as_of = _number(progress.get("as_of"))
-        stamp = f" as of {_clock(datetime.fromtimestamp(as_of, UTC))}" if as_of is not None else ""
+        as_of = _number(progress.get("as_of"))  # the job's clock: whatever it printed
+        stamp = f" as of {_clock(datetime.fromtimestamp(as_of, UTC))}" if as_of is not None and 0 <= as_of < 1e11 else ""
         when = f"ETA {_duration(eta)}{stamp}"
     unit = progress.get("unit") or "steps"
     counts = ("" if unit == "percent" else

@@ -169,3 +169,32 @@ def pod_states(kube) -> list[tuple]:
     return [(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"),
              [c.get("reason") or c["type"] for c in p["status"].get("conditions", [])])
             for p in kube.list(POD)[0]]
+
+
+def test_a_resource_quota_refusal_is_worth_a_later_try(kube, admin):
+    """A namespace's ResourceQuota refuses the job's Job at create: nothing is left behind, and
+    the error says a later try can help (not permanent, reason QuotaExceeded), which the retry
+    policy turns into a retry after QUOTA_DELAY (README "Retries that know the failure")."""
+    from dlc_airflow.airflow.retry import decision_for
+    from dlc_airflow.k8s.kinds import ResourceKind
+    from dlc_airflow.reasons import QUOTA_EXCEEDED
+    from dlc_airflow.retrying import QUOTA_DELAY
+    from tests.cluster.polling import wait_for
+
+    quota = ResourceKind("v1", "ResourceQuota", "resourcequotas")
+    admin.request("POST", quota.path(kube.namespace), body={
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-jobs"},
+        "spec": {"hard": {"count/jobs.batch": "0"}}})
+    try:
+        # the quota controller fills in the quota's status before admission counts against it
+        wait_for(lambda: (admin.get(quota, "no-jobs", kube.namespace).get("status") or {}).get("hard"),
+                 timeout=30, what="the quota controller to take in the ResourceQuota")
+        runner = KubeRunner(kube, get_backend("native"))
+        ident = identity()
+        with pytest.raises(SubmitError, match="exceeded quota") as refused:
+            runner.submit(DLCJob(type="batch", image="img", command=["x"]), job_name("quota", ident, 1), ident, 1)
+        assert (refused.value.permanent, refused.value.reason) == (False, QUOTA_EXCEEDED)
+        assert decision_for(refused.value).delay == QUOTA_DELAY
+        assert managed(kube, JOB) == [] and managed(kube, SERVICE) == []
+    finally:
+        admin.delete(quota, "no-jobs", kube.namespace)

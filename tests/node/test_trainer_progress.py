@@ -47,4 +47,6 @@ def test_trainjob_progress_reaches_trainer_status(kube, admin, controllers, k8s_
     assert {m["name"] for m in reported.get("metrics") or []} >= {"loss"}, reported
     # and what the task made of the job's progress
     assert result["progress"]["percent"] == 100.0 and result["progress"]["total"] == 12, result["progress"]
-    assert re.search(r"progress \d+/12 steps \(\d+%\)", text) or re.search(r"progress \d+%", text), task_log(text)
+    # the deferred wait reads a Kubernetes job's logs only at its state changes: progress lines
+    # while it ran came from status.trainerStatus through the shared watch (percent form)
+    assert re.search(r"progress \d+%, ETA", text), task_log(text)

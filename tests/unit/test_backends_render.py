@@ -874,10 +874,10 @@ def test_topology_goes_on_every_pod_set_kueue_reads(backend, job_type, roles):
     rack, host = "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
     required = make(job_type, roles, scheduling={"queue": "team-a", "topology": {"required": rack}})
     sliced = make(job_type, roles, scheduling={"queue": "team-a", "topology": {
-        "preferred": rack, "slice_level": host, "slice_size": 2}})
+        "preferred": rack, "slice_level": host, "slice_size": 1}})  # 1: a whole number of every role
     for job, expected in ((required, {podspec.TAS_REQUIRED_ANNOTATION: rack}),
                           (sliced, {podspec.TAS_PREFERRED_ANNOTATION: rack, podspec.TAS_SLICE_LEVEL_ANNOTATION: host,
-                                    podspec.TAS_SLICE_SIZE_ANNOTATION: "2"})):
+                                    podspec.TAS_SLICE_SIZE_ANNOTATION: "1"})):
         objects = render(backend, job)
         templates = [t for obj in objects for _, t in pod_templates(obj)]
         assert templates, f"{backend}: no pod template found"
@@ -891,3 +891,12 @@ def test_without_topology_no_tas_annotation():
     objects = render("jobset", make("pytorch", RICH_ROLES["pytorch"], scheduling={"queue": "team-a"}))
     text = json.dumps(objects)
     assert "podset-required-topology" not in text and "podset-preferred-topology" not in text
+
+
+def test_slices_must_divide_every_roles_replicas():
+    job = make("pytorch", {"master": 1, "worker": 4}, scheduling={"queue": "team-a", "topology": {
+        "required": "cloud.provider.com/topology-rack", "slice_level": "kubernetes.io/hostname", "slice_size": 2}})
+    for backend in ("jobset", "kubeflow"):
+        with pytest.raises(BackendError, match=r"slice_size 2: every role's replicas must be a multiple of it, "
+                                               r"and \{'master': 1\} are not"):
+            render(backend, job)

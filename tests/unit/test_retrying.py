@@ -124,15 +124,23 @@ def test_the_policy_as_airflow_calls_it_or_a_clear_refusal_without_retry_policie
         DLCRetryPolicy.deserialize({"__type": "ExceptionRetryPolicy"})
 
 
-def test_a_quota_refusal_at_create_is_told_from_other_admission_refusals():
+def test_a_quota_refusal_at_submit_is_found_through_what_raised_it():
+    """KubeRunner.submit raises a quota refusal as a SubmitError with reason QUOTA_EXCEEDED (not
+    permanent: tests/cluster/test_runner.py makes a real ResourceQuota refuse one); the task's
+    exception may wrap it."""
     from dlc_airflow.airflow.retry import decision_for
-    from dlc_airflow.k8s.errors import AdmissionDenied, Forbidden
+    from dlc_airflow.errors import SubmitError
 
-    def refused(message: str) -> AdmissionDenied:
-        return AdmissionDenied(Forbidden("create", 403, "Forbidden", message, verb="create", resource="jobs.batch"))
+    def raised(error: BaseException, cause: BaseException) -> BaseException:
+        try:
+            raise error from cause
+        except BaseException as exc:  # noqa: BLE001
+            return exc
 
-    assert decision_for(refused('jobs.batch "x" is forbidden: exceeded quota: q, requested: cpu=4')).delay == QUOTA_DELAY
-    assert decision_for(refused("violates PodSecurity")).action is Action.DEFAULT
+    quota = SubmitError("submitting job x failed: exceeded quota: q", reason=QUOTA_EXCEEDED)
+    assert decision_for(quota).delay == QUOTA_DELAY
+    assert decision_for(raised(RuntimeError("task failed"), quota)).delay == QUOTA_DELAY
+    assert decision_for(SubmitError("violates PodSecurity", permanent=True)).action is Action.DEFAULT
 
 
 def test_the_operator_sets_the_policy_unless_the_task_gives_one():

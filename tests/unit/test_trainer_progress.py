@@ -237,3 +237,17 @@ def test_only_the_coordinator_reports(trainer_env, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     metrics.log_progress(2, 10)
     assert len(trainer_env.bodies) == 1
+
+
+def test_after_a_failure_no_more_tries_and_a_token_in_the_env_is_never_echoed(trainer_env, capsys, monkeypatch,
+                                                                            tmp_path):
+    """A token put into the env by mistake (not a file's path) is refused without being printed;
+    a server that failed once is not asked again (a slow server must not slow training)."""
+    monkeypatch.setenv(trainer_status.TOKEN_ENV, "eyJ-a-token-pasted-into-the-env")
+    metrics.log_progress(1, 10)
+    err = capsys.readouterr().err
+    assert "does not name a readable token file" in err and "eyJ-a-token-pasted" not in err
+    monkeypatch.setenv(trainer_status.TOKEN_ENV, str(tmp_path / "token"))  # good again: still no tries
+    for step in range(2, 11):
+        metrics.log_progress(step, 10)
+    assert trainer_env.bodies == []  # not even the end is sent after the failure

@@ -112,6 +112,18 @@ def _probe(job_type: JobType) -> DLCJob:
     return DLCJob.model_validate({"type": job_type, "image": "probe", "command": ["probe"]})
 
 
+def check_slices(job: DLCJob) -> None:
+    """Kueue places slices of slice_size pods on every pod set: each role's replicas must be a
+    whole number of slices (Kueue would deactivate the Workload, and the job wait for nothing)."""
+    topology = job.scheduling.topology
+    if topology is None or not topology.slice_size:
+        return
+    odd = {role: spec.replicas for role, spec in job.roles.items() if spec.replicas % topology.slice_size}
+    if odd:
+        raise BackendError(f"scheduling.topology.slice_size {topology.slice_size}: every role's replicas must be a "
+                           f"multiple of it, and {odd} are not: change slice_size or the replicas")
+
+
 class Backend(ABC):
     """Base class of the Kubernetes backends; subclasses fill in the abstract parts."""
 
@@ -126,6 +138,7 @@ class Backend(ABC):
         """Raise BackendError if this backend cannot run `job` (type or option)."""
         if job.type not in self.job_types:
             raise unsupported_type(job.type.value, self.name, self.refusal)
+        check_slices(job)
         self.check_options(job)
 
     def check_options(self, job: DLCJob) -> None:  # noqa: B027 - optional hook, no refusals by default
