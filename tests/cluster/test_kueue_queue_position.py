@@ -27,7 +27,12 @@ from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from tests.cluster.polling import wait_for, wait_state
 from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, RUN_FOR, unique_name
-from tests.support.cluster import LOCAL_QUEUE, create_test_namespace, delete_namespace, ensure_local_queue
+from tests.support.cluster import (
+    create_test_namespace,
+    delete_namespace,
+    ensure_local_queue,
+    wait_local_queues_active,
+)
 
 CLUSTER_QUEUE = ResourceKind("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", namespaced=False)
 
@@ -43,9 +48,7 @@ def gpu_queue(controllers, admin):
                           {"name": "nvidia.com/gpu", "nominalQuota": "16"}]}]}]}})
     ns = create_test_namespace(admin, prefix="vis")
     ensure_local_queue(admin, ns, name)
-    wait_for(lambda: any(c.get("type") == "Active" and c.get("status") == "True"
-                         for c in (admin.get(LOCAL_QUEUE, name, ns).get("status") or {}).get("conditions") or []),
-             timeout=60, what=f"Kueue to take in LocalQueue {name}")
+    wait_local_queues_active(admin, ns, (name,))
     yield controllers.restricted(ns), name
     delete_namespace(admin, ns)
     admin.delete(CLUSTER_QUEUE, name)

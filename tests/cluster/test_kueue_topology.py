@@ -18,7 +18,12 @@ from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from tests.cluster.polling import wait_for
 from tests.cluster.specs import COMMAND, IDENTITY, IMAGE, RUN_FOR, unique_name
-from tests.support.cluster import LOCAL_QUEUE, create_test_namespace, delete_namespace, ensure_local_queue
+from tests.support.cluster import (
+    create_test_namespace,
+    delete_namespace,
+    ensure_local_queue,
+    wait_local_queues_active,
+)
 
 RACK = "cloud.provider.com/topology-rack"
 # 3 pods of 3 cpu: more than a node holds (8 cpu: 2 pods), less than a rack (4 pods)
@@ -35,9 +40,7 @@ FITS_A_RACK = {
 def tas_queue(controllers, admin):
     ns = create_test_namespace(admin, prefix="tas")
     ensure_local_queue(admin, ns, "team-tas")
-    wait_for(lambda: any(c.get("type") == "Active" and c.get("status") == "True"
-                         for c in (admin.get(LOCAL_QUEUE, "team-tas", ns).get("status") or {}).get("conditions") or []),
-             timeout=60, what="Kueue to take in LocalQueue team-tas")
+    wait_local_queues_active(admin, ns, ("team-tas",))
     yield controllers.restricted(ns), admin
     delete_namespace(admin, ns)
 

@@ -309,19 +309,26 @@ def create_local_queues(admin: KubeClient, namespace: str, timeout: float = 60.0
     """Kueue LocalQueues team-a and team-b (k8s/cluster/kueue.yaml's ClusterQueues) in a namespace,
     once Kueue has taken them in (their Active condition): a job Kueue sees before its queue
     is never admitted (after an API server restart, Kueue's caches fill in a few seconds)."""
-    import time
-
     for team in ("team-a", "team-b"):
         ensure_local_queue(admin, namespace, team)
+    wait_local_queues_active(admin, namespace, ("team-a", "team-b"), timeout)
+
+
+def wait_local_queues_active(admin: KubeClient, namespace: str, names: tuple[str, ...], timeout: float = 60.0) -> None:
+    """Until Kueue has taken in the LocalQueues `names` of a namespace (their Active condition)."""
+    import time
+
     deadline = time.monotonic() + timeout
     while True:
         queues, _ = admin.list(LOCAL_QUEUE, namespace)
-        active = [q for q in queues if any(c.get("type") == "Active" and c.get("status") == "True"
-                                           for c in (q.get("status") or {}).get("conditions") or [])]
-        if len(active) >= 2:
+        active = {q["metadata"]["name"] for q in queues
+                  if any(c.get("type") == "Active" and c.get("status") == "True"
+                         for c in (q.get("status") or {}).get("conditions") or [])}
+        if active >= set(names):
             return
         if time.monotonic() > deadline:
-            raise ClusterUnavailable(f"Kueue did not take in the LocalQueues of {namespace} in {timeout:.0f}s")
+            raise ClusterUnavailable(f"Kueue did not take in the LocalQueues {list(names)} of {namespace} "
+                                     f"in {timeout:.0f}s")
         time.sleep(0.2)
 
 
