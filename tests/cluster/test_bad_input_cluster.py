@@ -23,6 +23,7 @@ import uuid
 
 import pytest
 
+from dlc_airflow import reasons
 from dlc_airflow.airflow.waiting import wait_sync
 from dlc_airflow.finish import OnFinish, finish
 from dlc_airflow.k8s.backends import get_backend
@@ -123,7 +124,8 @@ def test_quota_refusals(kube, admin, namespace, backend, spec, hard, words):
     with pytest.raises(SubmitError) as err:
         submit_or_adopt(runner, spec, identity(), base_name="quota")
     one_line(str(err.value), ["submitting job quota-", f"to namespace {namespace}", *words])
-    assert err.value.permanent  # no retry helps until the admin changes the quota
+    # a quota frees as the namespace's other jobs end: the retry policy decides (reason QuotaExceeded)
+    assert not err.value.permanent and err.value.reason == reasons.QUOTA_EXCEEDED
     nothing_left(kube, backend)
 
 
