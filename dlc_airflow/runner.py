@@ -257,6 +257,17 @@ class QueueSource(Protocol):
 
 
 @runtime_checkable
+class GuardedStop(Protocol):
+    """The backend can stop a job only while no newer try has claimed it, as one step (the
+    API server refuses a stop that a claim overtook), closing the window between an older
+    try's ownership check and its stop."""
+
+    def stop_unless_claimed(self, ref: JobRef, try_number: int) -> tuple[bool, int | None]:
+        """Stop the job unless a try newer than `try_number` claimed it; returns (stopped, the
+        newest claiming try as read)."""
+
+
+@runtime_checkable
 class Settler(Protocol):
     """Parts of a finished job may run on (a native job's parameter servers): `settle`."""
 

@@ -10,7 +10,9 @@ For a task instance (its TaskIdentity) and its job spec:
   attempt after the recorded one (the same way);
 - nothing at all -> submit attempt 1.
 Whichever try submits or adopts the job claims it (runner.claim), so an older try that is
-told to stop (on_kill) can tell the job is no longer its own. Never two live jobs for one
+told to stop (on_kill) can tell the job is no longer its own; a job that ends while a try
+adopts it (an older try stopped it just before the claim) is decided as an ended job, never
+taken as this try's verdict. Never two live jobs for one
 task instance: names are deterministic per attempt, and creating one that exists is an
 adoption after the ownership check (OwnershipError otherwise).
 """
@@ -25,7 +27,7 @@ from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
 from dlc_airflow.naming import TaskIdentity, job_name
 from dlc_airflow.retrying import next_attempt_job
-from dlc_airflow.runner import JobRunner, Log
+from dlc_airflow.runner import GuardedStop, JobRunner, Log
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState, JobStatus
 
@@ -59,9 +61,17 @@ def submit_or_adopt(runner: JobRunner, job: DLCJob, identity: TaskIdentity, *, b
         if not status.terminal:
             ref, created = runner.submit(job, newest.name, identity, newest.attempt)
             _claim(runner, ref, identity, log)
-            log.info("adopting job %s (attempt %d), which this task started earlier%s: %s", ref.name,
-                     ref.attempt, " (created its missing parts)" if created else "", status.summary())
-            return Submission(Action.ADOPTED, ref, runner.status(ref) if created else status)
+            # read after the claim: an older try that stops the job from now on sees this try's
+            # claim; one that stopped or deleted it before (a superseded try's on_kill) has ended
+            # the job under this try, which is no verdict: it is decided as an ended job below
+            status = runner.status(ref)
+            if not status.terminal:
+                log.info("adopting job %s (attempt %d), which this task started earlier%s: %s", ref.name,
+                         ref.attempt, " (created its missing parts)" if created else "", status.summary())
+                return Submission(Action.ADOPTED, ref, status)
+            log.warning("job %s (attempt %d) ended while this try adopted it: %s", ref.name, ref.attempt,
+                        status.summary())
+            newest = ref
         if status.state is JobState.SUCCEEDED and reuse_succeeded:
             log.info("job %s (attempt %d) already succeeded: taking its result", newest.name, newest.attempt)
             return Submission(Action.REUSED, newest, status)
@@ -99,10 +109,15 @@ def stop_if_owner(runner: JobRunner, ref: JobRef, try_number: int, log: Log | No
     """Stop the job unless a newer try has adopted it (a superseded try must not stop its
     successor's job); True if it was stopped."""
     log = log or logging.getLogger(__name__)
-    owner = runner.owner_try(ref)
-    if owner is not None and owner > try_number:
+    if isinstance(runner, GuardedStop):  # the claim check and the stop in one step
+        stopped, owner = runner.stop_unless_claimed(ref, try_number)
+    else:  # a claim may land between the check and the stop: the newer try then submits anew
+        owner = runner.owner_try(ref)
+        stopped = owner is None or owner <= try_number
+        if stopped:
+            runner.stop(ref)
+    if not stopped:
         log.info("not stopping job %s: try %d adopted it (this is try %d)", ref.name, owner, try_number)
         return False
-    log.info("stopping job %s", ref.name)
-    runner.stop(ref)
+    log.info("stopped job %s", ref.name)
     return True

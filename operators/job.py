@@ -132,6 +132,7 @@ class DLCJobOperator(BaseOperator):
         self._ref: JobRef | None = None
         self._runner: JobRunner | None = None
         self._try = 0
+        self._ti: Any = None  # the running try's task instance (on_kill asks Airflow about it)
         self._conn = conn_id or DEFAULT_CONN_ID
         self._extras: JSONObject | None = None
         self._trigger_secrets: JSONObject | None = None
@@ -203,7 +204,7 @@ class DLCJobOperator(BaseOperator):
             say_degraded(self.log, "start_from_trigger")
         ti, state = context["ti"], TaskState(context.get("task_state_store"))
         identity = identity_of(ti, context.get("dag_run"))
-        self._try = identity.try_number
+        self._try, self._ti = identity.try_number, ti
         request = StartRequest(job=job, identity=identity, backend=self.backend, conn_id=self.conn_id,
                                namespace=self.namespace, local_root=self.local_root,
                                base_name=job.name or self.task_id, reuse_succeeded=self.reuse_succeeded,
@@ -341,12 +342,19 @@ class DLCJobOperator(BaseOperator):
 
     # -- kill ----------------------------------------------------------------------------
     def on_kill(self) -> None:
-        """The task was killed: stop its job, unless a newer try has adopted it (after a
-        scheduler restart Airflow may reset a task whose old process still runs)."""
+        """The task was killed: stop its job, unless Airflow runs the task again (a restarted
+        scheduler declared this try lost and queued the next, which adopts the job) or a newer
+        try has adopted it already. A task marked failed or cleared, or timed out, stops it."""
+        from dlc_airflow.airflow.lifecycle import current_state, runs_again
         from dlc_airflow.submission import stop_if_owner
 
         if self._ref is not None and self._runner is not None:
-            self.log.info("task killed")
+            state = current_state(self._ti) if self._ti is not None else None
+            if runs_again(state):
+                self.log.info("task killed; Airflow runs it again (its state is %s): job %s is left to the next "
+                              "try, which adopts it", state, self._ref.name)
+                return
+            self.log.info("task killed (%s)", f"its state is {state}" if state else "Airflow did not say its state")
             stop_if_owner(self._runner, self._ref, self._try, self.log)
 
     def _stop_after_error(self, runner: JobRunner, ref: JobRef) -> None:

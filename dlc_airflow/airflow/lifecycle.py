@@ -7,14 +7,17 @@ does, in this order: which backend and connection, the admin's policy (before an
 created), the runner, the secrets masker, submit-or-adopt. `publication` (pure) is what the
 task then publishes about its job: the XCom `dlc_job`, every extra link's URL, and where the
 job is for the notifiers. Errors propagate; each caller turns them into its own failure.
+At the other end, `runs_again(current_state(ti))` tells a killed try whether Airflow runs the
+task again, in which case its job is left to the next try (DLCJobOperator.on_kill).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dlc_airflow.airflow.keys import STATE_KEY, XCOM_REF
 from dlc_airflow.jobref import JobRef
@@ -155,6 +158,40 @@ class TaskState:
             self.store.set(STATE_KEY, entry)
         except Exception:  # noqa: BLE001
             pass
+
+
+# A killed try's task instance in one of these states will run again (a newer try): its job is
+# left to that try, which adopts it. "running" is not one: it is also this try's own state when
+# a timeout or a worker's shutdown kills it (the claim guards a newer try that runs already).
+RUNS_AGAIN = frozenset({"up_for_retry", "up_for_reschedule", "scheduled", "queued", "deferred"})
+
+
+def runs_again(state: str | None) -> bool:
+    """Does a task instance in `state` (as read when a try is killed) run again? (pure)"""
+    return state in RUNS_AGAIN
+
+
+def current_state(ti: Any, timeout: float = 3.0) -> str | None:
+    """The task instance's state as Airflow has it now (its newest try's); None when it cannot
+    say. Asked from a thread: a kill may have interrupted the task's own call to its
+    supervisor, whose lock the ask would then wait on for ever."""
+    found: list[str | None] = []
+
+    def ask() -> None:
+        try:
+            index = ti.map_index if ti.map_index is not None else -1
+            states = ti.get_task_states(dag_id=ti.dag_id, map_index=index, task_ids=[ti.task_id],
+                                        run_ids=[ti.run_id])
+            key = ti.task_id if index < 0 else f"{ti.task_id}_{index}"
+            found.append((states.get(ti.run_id) or {}).get(key))
+        except Exception:  # noqa: BLE001 - no answer: the caller stops the job as before
+            found.append(None)
+
+    asker = threading.Thread(target=ask, name="dlc-task-state", daemon=True)
+    asker.start()
+    asker.join(timeout)
+    state = found[0] if found else None
+    return str(getattr(state, "value", state)) if state else None
 
 
 @contextmanager

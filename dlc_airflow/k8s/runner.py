@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 CLAIMED_TRY = PREFIX + "claimed-try"
 # API statuses after which submitting again cannot help.
 PERMANENT_STATUSES = (400, 401, 403, 404, 422)
+# Reads of a guarded stop before it stops unguarded (each refused one means the job changed).
+GUARDED_STOP_TRIES = 5
 
 
 class KubeRunner:
@@ -219,13 +221,27 @@ class KubeRunner:
             self.client.patch(self._kind(ref), obj["metadata"]["name"], patch, ref.place)
 
     def owner_try(self, ref: JobRef) -> int | None:
-        tries = []
-        for obj in self.objects(ref):
-            meta = obj["metadata"]
-            for value in (meta.get("labels", {}).get(LABEL_TRY), meta.get("annotations", {}).get(CLAIMED_TRY)):
-                if value and value.isdigit():
-                    tries.append(int(value))
-        return max(tries) if tries else None
+        return _owner_of(self.objects(ref))
+
+    # -- the GuardedStop capability ------------------------------------------------------
+    def stop_unless_claimed(self, ref: JobRef, try_number: int) -> tuple[bool, int | None]:
+        """stop(), unless a try newer than `try_number` claimed the job. Each stop patch carries
+        the resourceVersion the claim check read, so a claim that lands in between makes the
+        API server refuse it (409) and the check runs again on what is there now."""
+        for _ in range(GUARDED_STOP_TRIES):
+            objects = self._live_objects(ref)
+            owner = _owner_of(objects)
+            if owner is not None and owner > try_number:
+                return False, owner
+            try:
+                self._stop(ref, objects, guarded=True)
+                return True, owner
+            except Conflict:  # changed since read (its status, or a claim): read again
+                continue
+        # the job changed on every read (a busy controller): stop it; a newer try that claimed
+        # it meanwhile finds it stopped and submits the next attempt (dlc_airflow.submission)
+        self.stop(ref)
+        return True, None
 
     # -- for people: the job CLI and the report page -------------------------------------
     def jobs(self, dag_id: str | None = None, task_id: str | None = None,
@@ -421,7 +437,14 @@ class KubeRunner:
         makes its status STOPPED. A queued job's Workloads are deactivated too, or Kueue would
         resume it; where that is refused (the Role may not patch Workloads), the job is deleted
         instead, and the log says so. Returns how many objects it stopped."""
-        objects = [o for o in self.objects(ref) if not (o.get("metadata") or {}).get("deletionTimestamp")]
+        return self._stop(ref, self._live_objects(ref))
+
+    def _live_objects(self, ref: JobRef) -> list[Manifest]:
+        return [o for o in self.objects(ref) if not (o.get("metadata") or {}).get("deletionTimestamp")]
+
+    def _stop(self, ref: JobRef, objects: list[Manifest], guarded: bool = False) -> int:
+        """stop() on the objects as read; `guarded`: each patch only if the object is unchanged
+        since (Conflict otherwise)."""
         if not objects or self.backend.status(objects).terminal:
             return 0
         if kueue.queued(objects) and not self._deactivate(ref):
@@ -430,8 +453,10 @@ class KubeRunner:
         patch = _merged(self.backend.stop_patch(), stop_annotations())
         stopped = 0
         for obj in objects:
+            version = obj["metadata"].get("resourceVersion")
+            body = _merged(patch, {"metadata": {"resourceVersion": version}}) if guarded and version else patch
             try:
-                self.client.patch(self._kind(ref), obj["metadata"]["name"], patch, ref.place)
+                self.client.patch(self._kind(ref), obj["metadata"]["name"], body, ref.place)
                 stopped += 1
             except NotFound:  # gone in between: nothing of it runs
                 continue
@@ -478,6 +503,17 @@ def _merged(*patches: Manifest) -> Manifest:
         for key, value in patch.items():
             out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
+
+
+def _owner_of(objects: list[Manifest]) -> int | None:
+    """The newest try that made or claimed the job, from its objects (None: no try says)."""
+    tries = []
+    for obj in objects:
+        meta = obj["metadata"]
+        for value in (meta.get("labels", {}).get(LABEL_TRY), meta.get("annotations", {}).get(CLAIMED_TRY)):
+            if value and value.isdigit():
+                tries.append(int(value))
+    return max(tries) if tries else None
 
 
 def _without_values(obj: Manifest) -> Manifest:

@@ -1,6 +1,7 @@
 """No duplicate job for one task instance, through the real scheduler, triggerer, dag-processor
 and API server (LocalExecutor, SQLite): the triggerer dies while a task is deferred; a worker
-dies in the middle of submitting; a user kills a running and a deferred task."""
+dies in the middle of submitting; a user kills a running and a deferred task; the scheduler
+declares a running try lost and retries it while the old try still runs (issue 25 part 5)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from airflow.sdk import DAG
 from dlc_airflow.operators import DLCJobOperator
 
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-         default_args={{"retries": {retries}, "retry_delay": timedelta(seconds=1)}}) as dag:
+         default_args={{"retries": {retries}, "retry_delay": timedelta(seconds={retry_delay})}}) as dag:
     DLCJobOperator(task_id="train", conn_id="dlc", backend="native", **json.loads({kwargs!r}))
 '''
 
@@ -44,11 +45,12 @@ def stack_for(cluster, namespace, tmp_path):
     """An Airflow stack whose `dlc` connection reaches the test namespace (optionally through a proxy)."""
     stacks = []
 
-    def make(dag_id: str, *, retries: int = 0, components=("api-server", "scheduler", "dag-processor", "triggerer"),
+    def make(dag_id: str, *, retries: int = 0, retry_delay: int = 1, components=("api-server", "scheduler", "dag-processor", "triggerer"),
              proxy=None, env=None, **op_kwargs) -> AirflowStack:
         dags = tmp_path / "dags"
         dags.mkdir(exist_ok=True)
-        (dags / f"{dag_id}.py").write_text(DAG.format(dag_id=dag_id, retries=retries, kwargs=json.dumps(op_kwargs)))
+        (dags / f"{dag_id}.py").write_text(DAG.format(dag_id=dag_id, retries=retries, retry_delay=retry_delay,
+                                                      kwargs=json.dumps(op_kwargs)))
         kubeconfig = restricted_kubeconfig(cluster, namespace, tmp_path / "kubeconfig.json",
                                            server=proxy.url if proxy else None,
                                            ca_file=proxy.ca_file if proxy else None)
@@ -131,6 +133,16 @@ def task_process(ti_id: str) -> psutil.Process | None:
     return None
 
 
+def task_supervisor(ti_id: str) -> psutil.Process | None:
+    """The supervisor of the process running the task (the executor's worker process that
+    heartbeats for it): the parent of the one titled "airflow worker -- <id>"."""
+    wanted = f"airflow worker -- {uuid.UUID(str(ti_id))}"
+    for proc in psutil.process_iter(["cmdline"]):
+        if " ".join(proc.info["cmdline"] or []).startswith(wanted):
+            return proc.parent()
+    return None
+
+
 def test_worker_killed_mid_submit_retry_adopts(cluster, stack_for, kube):
     with cluster.fault_proxy() as proxy:
         # The create reaches the API server, its answer is held back: the worker is killed
@@ -181,3 +193,35 @@ def test_killing_the_task_stops_the_job(stack_for, kube, deferrable):
     mark_failed(stack, dag_id, run_id)
     wait(lambda: stopped_and_kept(kube), 120, "the job to be stopped (and kept, STOPPED)")
     assert stack.task_instance(dag_id, run_id, "train")["state"] == "failed"
+
+
+def test_a_try_the_scheduler_superseded_leaves_its_job_to_the_next(stack_for, kube):
+    """The superseded-try race a soak found: the scheduler stops hearing from try 1 (its
+    supervisor is frozen, as a stalled worker would be), declares it lost and schedules try 2.
+    When try 1 comes back, Airflow kills it ("the task shouldn't be running anymore"): its
+    on_kill must leave the job to try 2, which adopts it; before the fix it stopped the job,
+    and try 2 either submitted a second one or failed on the stopped one."""
+    dag_id = f"sup_{uuid.uuid4().hex[:6]}"
+    stack = stack_for(dag_id, retries=1, retry_delay=30, job=job("150s"), deferrable=False)
+    run_id = trigger(stack, dag_id)
+    stack.wait_for_task(dag_id, run_id, "train", {"running"}, timeout=180)
+    names = wait(lambda: list(jobs_of(kube)), 60, "the job")
+    first = stack.task_instance(dag_id, run_id, "train")
+    # frozen once the try waits (not in the middle of its own call to the supervisor, which
+    # would hold the channel its kill asks Airflow through: it then stops the job, as before)
+    wait(lambda: "RUNNING" in stack.task_log(dag_id, run_id, "train"), 60, "the wait's first status")
+    supervisor = wait(lambda: task_supervisor(first["id"]), 30, "the task's supervisor")
+    supervisor.suspend()  # SIGSTOP: no heartbeats; the task process itself goes on waiting
+    try:
+        stack.wait_for_task(dag_id, run_id, "train", {"up_for_retry"}, timeout=120)
+    finally:
+        supervisor.resume()
+    stack.wait_for_runs(dag_id, 1, {"success"}, timeout=400)
+    final = stack.task_instance(dag_id, run_id, "train")
+    assert final["try_number"] == 2, final
+    assert list(jobs_of(kube)) == names  # one job: try 1 did not stop it, try 2 adopted it
+    result = xcom(stack, dag_id, run_id)
+    assert (result["job_name"], result["attempt"], result["state"]) == (names[0], 1, "SUCCEEDED")
+    killed = stack.task_log(dag_id, run_id, "train", try_number=1)
+    assert "is left to the next try" in killed, killed[-3000:]
+    assert "adopting job" in stack.task_log(dag_id, run_id, "train", try_number=2)

@@ -1,7 +1,8 @@
 """submit_or_adopt and stop_if_owner on the real API server and Job controller (native
 backend, restricted identity): a half-submitted job is completed by the retry that adopts
-it (issue 13 4f), and a superseded try cannot stop its successor's job (4g). The same on
-the local backend: tests/local/test_submission_local.py.
+it (issue 13 4f), and a superseded try cannot stop its successor's job (4g), not even when
+the successor's claim overtakes its check (issue 25 part 5). The same on the local backend:
+tests/local/test_submission_local.py.
 """
 
 from __future__ import annotations
@@ -73,6 +74,52 @@ def test_a_superseded_try_does_not_stop_its_successors_job(kube):
     assert stop_if_owner(runner, second.ref, try_number=2) is True
     assert runner.status(second.ref).state is JobState.STOPPED
     assert objects(kube, first.ref.name)  # stopped, and kept
+
+
+def test_a_claim_that_overtakes_an_older_trys_check_makes_its_stop_fail(kube):
+    """The race a soak found (issue 25, part 5): try 1 checks the owner, try 2 claims, then
+    try 1 stops. The stop carries the resourceVersion try 1 read, so the API server refuses
+    it and try 1's check, run again, sees try 2's claim."""
+    runner = KubeRunner(kube, get_backend("native"))
+    run = f"run-{uuid.uuid4().hex[:6]}"
+    first = submit_or_adopt(runner, ddp("600s"), identity(1, run), base_name="race")
+    real_objects, reads = runner._live_objects, []
+
+    def objects_then_claim(ref):  # try 2's claim lands right after try 1's first read
+        found = real_objects(ref)
+        reads.append(len(found))
+        if len(reads) == 1:
+            runner.claim(ref, 2)
+        return found
+
+    runner._live_objects = objects_then_claim
+    assert stop_if_owner(runner, first.ref, try_number=1) is False
+    assert len(reads) == 2  # the first stop was refused (409) and the check ran again
+    assert not runner.status(first.ref).terminal and runner.owner_try(first.ref) == 2
+    runner._live_objects = real_objects
+    assert stop_if_owner(runner, first.ref, try_number=2) is True
+    assert runner.status(first.ref).state is JobState.STOPPED
+
+
+def test_a_job_an_older_try_ends_while_this_try_adopts_it_is_no_verdict(kube):
+    """Try 1's on_kill stops (or deletes) the job between try 2's find and claim: try 2 does
+    not take that end as its verdict but submits the next attempt."""
+    for end in ("stop", "delete"):
+        runner = KubeRunner(kube, get_backend("native"))
+        run = f"run-{uuid.uuid4().hex[:6]}"
+        first = submit_or_adopt(runner, ddp("600s"), identity(1, run), base_name="gone")
+        real_claim = runner.claim
+
+        def ended_before_claim(ref, try_number, end=end, older=first.ref, real_claim=real_claim):
+            getattr(KubeRunner(kube, get_backend("native")), end)(older)  # try 1, in its own process
+            real_claim(ref, try_number)
+
+        runner.claim = ended_before_claim
+        second = submit_or_adopt(runner, ddp("600s"), identity(2, run), base_name="gone")
+        assert (second.action, second.ref.attempt) == (Action.SUBMITTED, 2), end
+        assert second.ref.name != first.ref.name and not second.status.terminal
+        assert runner.owner_try(second.ref) == 2
+        runner.delete(second.ref)
 
 
 def test_lookup_finds_a_job_by_name_alone(kube):

@@ -101,3 +101,32 @@ def test_an_older_try_does_not_stop_the_job_a_newer_try_adopted(runner):
     assert runner.status(first.ref).state is JobState.RUNNING
     assert stop_if_owner(runner, first.ref, 2, LOG) is True
     assert runner.status(first.ref).state is JobState.STOPPED
+
+
+@pytest.mark.parametrize("end", ["stop", "delete"])
+def test_a_job_ended_by_an_older_try_while_this_try_adopts_it_is_no_verdict(runner, end):
+    first = submit_or_adopt(runner, JOB, identity(1), base_name="train", log=LOG)
+    real_claim = runner.claim
+
+    def ended_before_claim(ref, try_number):  # try 1's on_kill lands between find and claim
+        getattr(runner, end)(first.ref)
+        if ref.name in runner.by_name:
+            real_claim(ref, try_number)
+
+    runner.claim = ended_before_claim
+    second = submit_or_adopt(runner, JOB, identity(2), base_name="train", log=LOG)
+    assert (second.action, second.ref.attempt) == (Action.SUBMITTED, 2)
+    assert not second.status.terminal and second.ref.name != first.ref.name
+
+
+def test_a_job_that_succeeds_while_adopted_is_reused(runner):
+    first = submit_or_adopt(runner, JOB, identity(1), base_name="train", log=LOG)
+    real_claim = runner.claim
+
+    def succeeds_meanwhile(ref, try_number):
+        runner.set_state(first.ref.name, JobState.SUCCEEDED)
+        real_claim(ref, try_number)
+
+    runner.claim = succeeds_meanwhile
+    taken = submit_or_adopt(runner, JOB, identity(2), base_name="train", log=LOG)
+    assert (taken.action, taken.ref.name) == (Action.REUSED, first.ref.name)
