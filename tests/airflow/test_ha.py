@@ -1,7 +1,8 @@
 """HA through real Airflow on PostgreSQL (scripts/postgres-local): two schedulers and two
 triggerers, deferred tasks that started in the triggerer (no worker). One triggerer is
 SIGKILLed while every task waits; its triggers move to the other, which adopts each job
-(the idempotent submit), and every task ends once: no duplicate Job, no lost finish.
+(the idempotent submit); then a scheduler is SIGKILLed too, and the other one runs the DAG
+run to its end. Every task ends once: no duplicate Job, no lost finish.
 benchmarks/airflow_ha.py runs the same with 100 tasks (DLC_HA_TASKS) and keeps its timings
 (DLC_HA_REPORT)."""
 
@@ -58,7 +59,7 @@ def alive_triggerers(stack) -> list[int]:
         "AND latest_heartbeat > now() - interval '5 seconds'")]
 
 
-def test_a_killed_triggerer_hands_its_waits_over_and_every_task_ends_once(postgres, kube, admin, k8s_conn, tmp_path):
+def test_a_killed_triggerer_and_scheduler_hand_over_and_every_task_ends_once(postgres, kube, admin, k8s_conn, tmp_path):
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "ha.py").write_text(DAG.format(tasks=TASKS, conn=k8s_conn, hold=HOLD))
@@ -99,6 +100,10 @@ def test_a_killed_triggerer_hands_its_waits_over_and_every_task_ends_once(postgr
         assert all(before[t] != after[t] for t in before)  # every wait moved
         moved = time.monotonic() - killed
         time.sleep(5)  # the survivor's new triggers adopt their jobs (no submit of another)
+        # one scheduler dies as well (SIGKILL, its executor with it): the other one alone runs
+        # the DAG run to its end
+        stack.kill("scheduler")
+        alive = ("api-server", "scheduler:2", "triggerer:2")
         released = time.monotonic()
         for pod in admin.list(POD, kube.namespace)[0]:
             admin.patch(POD, pod["metadata"]["name"], {"metadata": {"labels": {RELEASE: "true"}}},
@@ -106,6 +111,8 @@ def test_a_killed_triggerer_hands_its_waits_over_and_every_task_ends_once(postgr
         stack._wait(lambda: len(stack.query("SELECT 1 FROM task_instance WHERE dag_id = 'ha' AND state IN "
                                             "('success', 'failed')")) == TASKS, 600, "every task to end", *alive)
         all_ended = time.monotonic() - released
+        stack._wait(lambda: [r for r in stack.dag_runs("ha") if r["state"] == "success"], 300,
+                    "the run to succeed with one scheduler left", *alive)
         tis = stack.query("SELECT task_id, state, try_number FROM task_instance WHERE dag_id = 'ha'")
         assert {(r["state"], r["try_number"]) for r in tis} == {("success", 1)}, tis
         results = {r["task_id"]: r["value"] for r in stack.query(
