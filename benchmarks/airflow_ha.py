@@ -1,5 +1,6 @@
 """HA at 100 deferred tasks: tests/airflow/test_ha.py (PostgreSQL, two schedulers, two
-triggerers, one triggerer SIGKILLed while every task waits) with DLC_HA_TASKS=100. It fails
+triggerers, one triggerer SIGKILLed while every task waits, then one scheduler) with
+DLC_HA_TASKS=100. It fails
 on any duplicate Job, lost finish or task that did not end once; the report keeps how long
 the waits took to move and the tasks to end after their jobs were released.
 
