@@ -13,6 +13,7 @@ namespace, as the triggerer and scheduler do in docker/compose.yaml.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -45,6 +48,7 @@ SUPERVISOR_START_TIMEOUT = 30.0
 # left by a submit cut short, and the next submit of the same task starts its supervisor.
 SUPERVISOR_STARTED = "supervisor.started"
 CLAIM = "claim.json"  # the newest task try that submitted or adopted the job
+CLAIM_LOCK = "claim.lock"  # held while a try claims the job, or checks its claim and stops it
 UID = "uid"  # a unique id per job folder (as Kubernetes objects have)
 # reasons only the local backend has (the shared ones are in dlc_airflow.reasons)
 SUPERVISOR_START_FAILED = "SupervisorStartFailed"
@@ -170,7 +174,32 @@ class JobFolders:
 
     def claim(self, name: str, try_number: int) -> None:
         """Record that task try `try_number` now owns job `name`."""
-        jobfolder.write_json(self._dir(name) / CLAIM, {"try": int(try_number)})
+        with self._claim_lock(name):
+            jobfolder.write_json(self._dir(name) / CLAIM, {"try": int(try_number)})
+
+    def stop_unless_claimed(self, name: str, try_number: int) -> tuple[bool, int | None]:
+        """stop(), unless a try newer than `try_number` claimed the job: the check and the stop
+        hold the claim's lock, so a claim cannot land in between."""
+        with self._claim_lock(name):
+            owner = self.owner_try(name)
+            if owner is not None and owner > try_number:
+                return False, owner
+            self.stop(name)
+            return True, owner
+
+    @contextmanager
+    def _claim_lock(self, name: str) -> Iterator[None]:
+        """An exclusive lock on the job's claim (a lock file in its folder; none if it is gone)."""
+        try:
+            fd = os.open(self._dir(name) / CLAIM_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        except FileNotFoundError:  # no such job folder: nothing to guard
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def owner_try(self, name: str) -> int | None:
         """The newest task try that made or adopted job `name` (None: no such job)."""

@@ -101,6 +101,10 @@ class LocalRunner:
     def owner_try(self, ref: JobRef) -> int | None:
         return self.folders.owner_try(ref.name)
 
+    def stop_unless_claimed(self, ref: JobRef, try_number: int) -> tuple[bool, int | None]:
+        """The GuardedStop capability (a lock on the job's claim)."""
+        return self.folders.stop_unless_claimed(ref.name, try_number)
+
     def jobs(self, dag_id: str | None = None, task_id: str | None = None,
              run_id: str | None = None) -> list[JobInfo]:
         found = []

@@ -6,6 +6,7 @@ tests/cluster/test_submission_native.py.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import pytest
@@ -106,6 +107,39 @@ def test_a_superseded_try_does_not_stop_its_successors_job(runner):
     assert not runner.status(first.ref).terminal
     assert stop_if_owner(runner, second.ref, try_number=2) is True
     assert runner.status(first.ref).state is JobState.STOPPED
+
+
+def test_a_claim_cannot_land_between_an_older_trys_check_and_its_stop(runner):
+    """The check and the stop hold the claim's lock: try 2's claim, made while try 1 checks,
+    waits until try 1 has stopped the job (try 2 then finds it stopped and submits the next
+    attempt), instead of landing unseen in between."""
+    first = submit_or_adopt(runner, job(60), identity(1), base_name="lock")
+    real_owner, order, claimer = runner.folders.owner_try, [], []
+
+    def check_while_try_2_claims(name):
+        found = real_owner(name)
+        if not claimer:
+            claimer.append(threading.Thread(target=lambda: (runner.claim(first.ref, 2), order.append("claimed"))))
+            claimer[0].start()
+            time.sleep(0.5)  # long enough for the claim to land, were it not held back
+            order.append("checked")
+        return found
+
+    real_stop = runner.folders.stop
+
+    def stop(name):
+        stopped = real_stop(name)
+        order.append("stopped")
+        return stopped
+
+    runner.folders.owner_try, runner.folders.stop = check_while_try_2_claims, stop
+    assert stop_if_owner(runner, first.ref, try_number=1) is True
+    claimer[0].join(30)
+    assert order == ["checked", "stopped", "claimed"]
+    assert runner.status(first.ref).state is JobState.STOPPED
+    runner.folders.owner_try, runner.folders.stop = real_owner, real_stop
+    second = submit_or_adopt(runner, job(0), identity(3), base_name="lock")
+    assert (second.action, second.ref.attempt) == (Action.SUBMITTED, 2)
 
 
 def test_another_tasks_job_of_the_same_name_is_refused(runner):
