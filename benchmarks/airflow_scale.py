@@ -119,9 +119,11 @@ def tree_rss(pid: int) -> float:
         return 0.0
 
 
-def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float, per_dag: int = 0) -> dict:
+def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float, per_dag: int = 0,
+            breakdown: bool = False) -> dict:
     """per_dag: tasks per DAG (0: one DAG of n tasks, triggered by hand; else DAGs that run at
-    once when parsed, as many as n needs)."""
+    once when parsed, as many as n needs). breakdown: the triggerer probe
+    (benchmarks/triggerer_probe) times Airflow's steps after our trigger yields."""
     from dlc_airflow.k8s.kinds import POD
 
     admin = cluster.admin()
@@ -150,6 +152,10 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
         "PYTHONPATH": str(REPO),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False" if per_dag else "True",
     }
+    probe_log = tmp / "breakdown.jsonl"
+    if breakdown:
+        env["PYTHONPATH"] = f"{REPO / 'benchmarks' / 'triggerer_probe'}{os.pathsep}{REPO}"
+        env["DLC_BREAKDOWN_LOG"] = str(probe_log)
     finishes = Jobs(admin, namespace)  # when each Job finished, as a direct watch saw it
     finishes.start()
     result: dict = {"approach": approach, "tasks": n}
@@ -226,6 +232,8 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
                         airflow_part.append(ended[task] - yielded[task])
             result["finish_to_ended_s"] = percentiles(latencies)
             result["of_which_airflow_after_yield_s"] = percentiles(airflow_part)
+            if breakdown:
+                result["airflow_steps_s"] = airflow_steps(probe_log, yielded, ended)
             result["load_average"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         stop_logs()
@@ -233,6 +241,35 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
         proxy.__exit__(None, None, None)
         delete_namespace(admin, namespace)
     return result
+
+
+def airflow_steps(probe_log: Path, yielded: dict[str, float], ended: dict[str, float | None]) -> dict:
+    """Airflow's share, step by step (benchmarks/triggerer_probe): our trigger's yield -> the
+    trigger runner sends it to its supervisor -> the supervisor starts writing it -> written
+    -> the task instance's end_date."""
+    sent: dict[int, float] = {}
+    submitting: dict[str, tuple[int, float]] = {}
+    submitted: dict[str, float] = {}
+    for line in probe_log.read_text().splitlines() if probe_log.exists() else []:
+        record = json.loads(line)
+        if record["step"] == "sent":
+            for trigger_id in record["ids"]:
+                sent.setdefault(trigger_id, record["t"])
+        for task in record.get("tasks", []):
+            if record["step"] == "submitting":
+                submitting[task] = (record["id"], record["t"])
+            elif record["step"] == "submitted":
+                submitted[task] = record["t"]
+    steps: dict[str, list[float]] = {"yield_to_runner_sends": [], "runner_sends_to_supervisor_writes": [],
+                                     "supervisor_writes_event": [], "written_to_end_date": []}
+    for task, (trigger_id, writing) in submitting.items():
+        if task not in yielded or trigger_id not in sent or task not in submitted or not ended.get(task):
+            continue
+        steps["yield_to_runner_sends"].append(sent[trigger_id] - yielded[task])
+        steps["runner_sends_to_supervisor_writes"].append(writing - sent[trigger_id])
+        steps["supervisor_writes_event"].append(submitted[task] - writing)
+        steps["written_to_end_date"].append(ended[task] - submitted[task])  # type: ignore[operator]
+    return {name: percentiles(values) for name, values in steps.items()}
 
 
 def job_task(job: str, approach: str) -> str:
@@ -293,6 +330,8 @@ def main() -> None:
     parser.add_argument("--wave", type=int, default=10, help="jobs released at once")
     parser.add_argument("--gap", type=float, default=0.5, help="seconds between waves")
     parser.add_argument("--per-dag", type=int, default=0, help="tasks per DAG (0: all in one DAG)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="time Airflow's steps after our trigger yields (benchmarks/triggerer_probe)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "airflow_scale.json"))
     args = parser.parse_args()
     cluster = acquire_cluster(in_ci=False)
@@ -303,9 +342,10 @@ def main() -> None:
     for n in args.tasks:
         for approach in args.approaches:
             began = time.monotonic()
-            result = measure(cluster, approach, n, args.steady, args.wave, args.gap, args.per_dag)
+            result = measure(cluster, approach, n, args.steady, args.wave, args.gap, args.per_dag, args.breakdown)
             result["wall_s"] = round(time.monotonic() - began, 1)
-            key = f"{approach}/{n}" + (f" in DAGs of {args.per_dag}" if args.per_dag else "")
+            key = f"{approach}/{n}" + (f" in DAGs of {args.per_dag}" if args.per_dag else "") \
+                + (" (breakdown)" if args.breakdown else "")
             report.setdefault("runs", {})[key] = result
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=2))
