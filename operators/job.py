@@ -55,6 +55,16 @@ def _default_deferrable() -> bool:
     return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
+# where a DLCJobOperator keeps the start_from_trigger it asked for (its property decides)
+_STARTS_IN_TRIGGERER = "_dlc_starts_in_triggerer"
+
+
+def _starts_in_triggerer(task: object) -> bool:
+    """Would this task of a DAG start in the triggerer (ours: as asked; others: their flag)?"""
+    own = getattr(task, "__dict__", {})
+    return bool(own[_STARTS_IN_TRIGGERER] if _STARTS_IN_TRIGGERER in own else getattr(task, "start_from_trigger", False))
+
+
 class DLCJobOperator(BaseOperator):
     """Run a DLC-style distributed job and wait for it.
 
@@ -141,6 +151,23 @@ class DLCJobOperator(BaseOperator):
         # in a forked process, where the task's channel to Airflow is not to be used)
         self._result: JSONObject | None = None
 
+    @property
+    def start_from_trigger(self) -> bool:
+        """Airflow's flag, as Airflow reads it when it serializes the DAG: what this task asked
+        for (see below), unless its DAG is too big for the triggerer's start
+        (dlc_airflow.airflow.big_dags): then it starts on a worker and defers."""
+        from dlc_airflow.airflow.big_dags import too_big_to_start_in_triggerer
+
+        if not self.__dict__.get(_STARTS_IN_TRIGGERER, False):
+            return False
+        if not self.has_dag():
+            return True
+        return not too_big_to_start_in_triggerer(self.dag.dag_id, self.dag.task_dict.values(), _starts_in_triggerer)
+
+    @start_from_trigger.setter
+    def start_from_trigger(self, value: bool) -> None:
+        self.__dict__[_STARTS_IN_TRIGGERER] = bool(value)
+
     def _start_in_triggerer_if_it_can(self, spec: DLCJob) -> None:
         """A task that needs nothing only a worker can do starts in the triggerer: the trigger
         submits (or adopts) the job, waits, and ends the task; no worker slot at all. That is a
@@ -181,7 +208,7 @@ class DLCJobOperator(BaseOperator):
 
     # -- run -----------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        from dlc_airflow.airflow.compat import say_degraded
+        from dlc_airflow.airflow.compat import OFFERS, say_degraded
         from dlc_airflow.airflow.lifecycle import (
             StartRequest,
             TaskState,
@@ -200,8 +227,13 @@ class DLCJobOperator(BaseOperator):
         except SpecError as exc:  # a template rendered into something invalid: no retry helps
             raise AirflowFailException(str(exc)) from None
         say_degraded(self.log, "task_state_store")  # what this Airflow lacks, and the path taken instead
-        if self._would_start_in_triggerer:
-            say_degraded(self.log, "start_from_trigger")
+        if self._would_start_in_triggerer and not self.start_from_trigger:
+            if OFFERS.start_from_trigger:  # the big-DAG guard chose the worker path
+                self.log.info("starting on a worker, not in the triggerer: DAG %s has too many tasks that would "
+                              "start there (dlc_airflow.airflow.big_dags; the DAG processor's log says so)",
+                              self.dag_id)
+            else:
+                say_degraded(self.log, "start_from_trigger")
         ti, state = context["ti"], TaskState(context.get("task_state_store"))
         identity = identity_of(ti, context.get("dag_run"))
         self._try, self._ti = identity.try_number, ti

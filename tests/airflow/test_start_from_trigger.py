@@ -111,3 +111,44 @@ def test_a_plain_deferrable_task_never_reaches_a_worker_where_airflow_can(tmp_pa
     assert (tis["refused"]["state"], tis["refused"]["try_number"]) == ("failed", 1), tis["refused"]
     assert "HF_TOKEN" in refused_log and "sft_no_such_variable" in refused_log, refused_log[-3000:]
     assert not [p for p in (tmp_path / "jobs").iterdir() if p.name.startswith("refused")]
+
+
+BIG_DAGS = '''
+from datetime import datetime, timezone
+from airflow.sdk import DAG
+from dlc_airflow.operators import DLCJobOperator
+
+JOB = {{"type": "batch", "image": "local", "command": ["true"]}}
+for dag_id, tasks in (("sft_big", {big}), ("sft_small", 5)):
+    with DAG(dag_id, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)):
+        for i in range(tasks):
+            DLCJobOperator(task_id=f"t{{i}}", backend="local", local_root={root!r}, deferrable=True, job=JOB)
+'''
+
+
+def serialized_start_flags(stack: AirflowStack, dag_id: str) -> set[bool]:
+    (row,) = stack.query("SELECT data FROM serialized_dag WHERE dag_id = ?", dag_id)
+    tasks = decoded(row["data"])["dag"]["tasks"]
+    return {bool(task["__var"].get("start_from_trigger", False)) for task in tasks}
+
+
+def test_a_dag_too_big_for_the_triggerers_start_is_serialized_for_the_worker_path(tmp_path):
+    """The big-DAG guard where Airflow decides: the dag-processor serializes a DAG of 250 plain
+    deferrable tasks (250 x 250 > dlc_airflow.airflow.big_dags.BUDGET) with start_from_trigger
+    off for every task, and says so in the DAG file's processing log; a DAG of 5 keeps it."""
+    from dlc_airflow.airflow.big_dags import BUDGET, over_budget
+
+    assert over_budget(250, 250) and not over_budget(5, 5), BUDGET
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "sft_big.py").write_text(BIG_DAGS.format(big=250, root=str(tmp_path / "jobs")))
+    with AirflowStack(tmp_path / "home", dags, components=("dag-processor",)) as stack:
+        stack.wait_for_dag("sft_big")
+        stack.wait_for_dag("sft_small")
+        assert serialized_start_flags(stack, "sft_big") == {False}
+        assert serialized_start_flags(stack, "sft_small") == {OFFERS.start_from_trigger}
+        said = "\n".join(path.read_text(errors="replace") for path in (stack.home / "logs").rglob("*.log"))
+        said += stack.log("dag-processor")
+    if OFFERS.start_from_trigger:
+        assert "DAG sft_big has more tasks that would start in the triggerer" in said, said[-3000:]
+    assert "DAG sft_small has" not in said
