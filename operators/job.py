@@ -65,6 +65,25 @@ def _starts_in_triggerer(task: object) -> bool:
     return bool(own[_STARTS_IN_TRIGGERER] if _STARTS_IN_TRIGGERER in own else getattr(task, "start_from_trigger", False))
 
 
+class _StartFromTrigger:
+    """Airflow's `start_from_trigger`, as Airflow reads it when it serializes the DAG: what the
+    task asked for (DLCJobOperator._start_in_triggerer_if_it_can), unless its DAG is too big
+    for the triggerer's start (dlc_airflow.airflow.big_dags): then it starts on a worker and
+    defers. Read on the class (as Airflow does for mapped tasks), it is False."""
+
+    def __get__(self, task: BaseOperator | None, owner: type | None = None) -> bool:
+        from dlc_airflow.airflow.big_dags import too_big_to_start_in_triggerer
+
+        if task is None or not task.__dict__.get(_STARTS_IN_TRIGGERER, False):
+            return False
+        if not task.has_dag():
+            return True
+        return not too_big_to_start_in_triggerer(task.dag.dag_id, task.dag.task_dict.values(), _starts_in_triggerer)
+
+    def __set__(self, task: BaseOperator, value: bool) -> None:
+        task.__dict__[_STARTS_IN_TRIGGERER] = bool(value)
+
+
 class DLCJobOperator(BaseOperator):
     """Run a DLC-style distributed job and wait for it.
 
@@ -151,22 +170,7 @@ class DLCJobOperator(BaseOperator):
         # in a forked process, where the task's channel to Airflow is not to be used)
         self._result: JSONObject | None = None
 
-    @property
-    def start_from_trigger(self) -> bool:
-        """Airflow's flag, as Airflow reads it when it serializes the DAG: what this task asked
-        for (see below), unless its DAG is too big for the triggerer's start
-        (dlc_airflow.airflow.big_dags): then it starts on a worker and defers."""
-        from dlc_airflow.airflow.big_dags import too_big_to_start_in_triggerer
-
-        if not self.__dict__.get(_STARTS_IN_TRIGGERER, False):
-            return False
-        if not self.has_dag():
-            return True
-        return not too_big_to_start_in_triggerer(self.dag.dag_id, self.dag.task_dict.values(), _starts_in_triggerer)
-
-    @start_from_trigger.setter
-    def start_from_trigger(self, value: bool) -> None:
-        self.__dict__[_STARTS_IN_TRIGGERER] = bool(value)
+    start_from_trigger = _StartFromTrigger()
 
     def _start_in_triggerer_if_it_can(self, spec: DLCJob) -> None:
         """A task that needs nothing only a worker can do starts in the triggerer: the trigger

@@ -64,3 +64,14 @@ def test_a_dag_past_the_budget_starts_every_task_on_a_worker(tasks, others, star
         assert "every task of it starts on a worker and then defers" in said[0]
     else:
         assert not said
+
+
+def test_mapped_tasks_never_start_in_the_triggerer():
+    """Airflow reads the class's flag for mapped tasks: the guard's descriptor gives False there."""
+    from airflow.sdk import DAG
+    from dlc_airflow.operators import DLCJobOperator
+
+    assert DLCJobOperator.start_from_trigger is False
+    with DAG(f"mapped_{uuid.uuid4().hex[:6]}", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=UTC)) as dag:
+        DLCJobOperator.partial(task_id="t_mapped", backend="local", deferrable=True).expand(job=[JOB, JOB])
+    assert serialized_flags(dag) == {False}
