@@ -55,7 +55,7 @@ def _default_deferrable() -> bool:
     return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
-# where a DLCJobOperator keeps the start_from_trigger it asked for (its property decides)
+# where a DLCJobOperator keeps the start_from_trigger it asked for (its descriptor, _StartFromTrigger, decides)
 _STARTS_IN_TRIGGERER = "_dlc_starts_in_triggerer"
 
 
