@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from dlc_airflow.airflow.big_dags import StartFromTrigger
 from dlc_airflow.airflow.compat import AirflowFailException, AirflowTaskTimeout
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID, XCOM_REF
 from dlc_airflow.airflow.links import LINKS
@@ -53,35 +54,6 @@ def _default_deferrable() -> bool:
     from airflow.configuration import conf
 
     return conf.getboolean("operators", "default_deferrable", fallback=False)
-
-
-# where a DLCJobOperator keeps the start_from_trigger it asked for (its descriptor, _StartFromTrigger, decides)
-_STARTS_IN_TRIGGERER = "_dlc_starts_in_triggerer"
-
-
-def _starts_in_triggerer(task: object) -> bool:
-    """Would this task of a DAG start in the triggerer (ours: as asked; others: their flag)?"""
-    own = getattr(task, "__dict__", {})
-    return bool(own[_STARTS_IN_TRIGGERER] if _STARTS_IN_TRIGGERER in own else getattr(task, "start_from_trigger", False))
-
-
-class _StartFromTrigger:
-    """Airflow's `start_from_trigger`, as Airflow reads it when it serializes the DAG: what the
-    task asked for (DLCJobOperator._start_in_triggerer_if_it_can), unless its DAG is too big
-    for the triggerer's start (dlc_airflow.airflow.big_dags): then it starts on a worker and
-    defers. Read on the class (as Airflow does for mapped tasks), it is False."""
-
-    def __get__(self, task: BaseOperator | None, owner: type | None = None) -> bool:
-        from dlc_airflow.airflow.big_dags import too_big_to_start_in_triggerer
-
-        if task is None or not task.__dict__.get(_STARTS_IN_TRIGGERER, False):
-            return False
-        if not task.has_dag():
-            return True
-        return not too_big_to_start_in_triggerer(task.dag.dag_id, task.dag.task_dict.values(), _starts_in_triggerer)
-
-    def __set__(self, task: BaseOperator, value: bool) -> None:
-        task.__dict__[_STARTS_IN_TRIGGERER] = bool(value)
 
 
 class DLCJobOperator(BaseOperator):
@@ -170,7 +142,7 @@ class DLCJobOperator(BaseOperator):
         # in a forked process, where the task's channel to Airflow is not to be used)
         self._result: JSONObject | None = None
 
-    start_from_trigger = _StartFromTrigger()
+    start_from_trigger = StartFromTrigger()  # the big-DAG guard reads and writes Airflow's flag
 
     def _start_in_triggerer_if_it_can(self, spec: DLCJob) -> None:
         """A task that needs nothing only a worker can do starts in the triggerer: the trigger

@@ -6,13 +6,18 @@ starting there) x (its tasks): one DAG of 200 such tasks took the triggerer to 1
 1,000 to 5.5 GiB and a stall (benchmarks/README.md, "1,000 waiting tasks"). Past BUDGET, every
 task of the DAG starts on a worker and then defers (the worker path), decided when Airflow
 serializes the DAG (the scheduler acts on what it serialized) and said once per DAG.
+
+`StartFromTrigger` is DLCJobOperator's `start_from_trigger`: it keeps what the task asked for
+and answers with the guard's decision; read on the class (as Airflow does for mapped tasks),
+it is False.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +25,31 @@ log = logging.getLogger(__name__)
 # 200 x 200 ran well (1.1 GiB of triggerer), 1,000 x 1,000 stalled it
 BUDGET = 40_000
 
+# where a DLCJobOperator keeps the start_from_trigger it asked for
+WANTED = "_dlc_starts_in_triggerer"
+
 _said: set[str] = set()
 _said_lock = threading.Lock()
+
+
+class StartFromTrigger:
+    """A DLCJobOperator's `start_from_trigger` (see the module docstring)."""
+
+    def __get__(self, task: Any, owner: type | None = None) -> bool:
+        if task is None or not task.__dict__.get(WANTED, False):
+            return False
+        if not task.has_dag():
+            return True
+        return not too_big_to_start_in_triggerer(task.dag.dag_id, task.dag.task_dict.values())
+
+    def __set__(self, task: Any, value: bool) -> None:
+        task.__dict__[WANTED] = bool(value)
+
+
+def starts_in_triggerer(task: object) -> bool:
+    """Would this task of a DAG start in the triggerer (ours: as asked; others: their flag)?"""
+    own = getattr(task, "__dict__", {})
+    return bool(own[WANTED] if WANTED in own else getattr(task, "start_from_trigger", False))
 
 
 def over_budget(starting: int, tasks: int) -> bool:
@@ -29,11 +57,11 @@ def over_budget(starting: int, tasks: int) -> bool:
     return starting * tasks > BUDGET
 
 
-def too_big_to_start_in_triggerer(dag_id: str, tasks: Iterable[object], starts: Callable[[object], bool]) -> bool:
-    """Does this DAG (its tasks; `starts(task)`: would it start in the triggerer) take the
-    worker path? Logs the decision the first time it is taken for the DAG in this process."""
+def too_big_to_start_in_triggerer(dag_id: str, tasks: Iterable[object]) -> bool:
+    """Does this DAG (its tasks) take the worker path? Logs the decision the first time it is
+    taken for the DAG in this process."""
     tasks = list(tasks)
-    starting = sum(1 for task in tasks if starts(task))
+    starting = sum(1 for task in tasks if starts_in_triggerer(task))
     if not over_budget(starting, len(tasks)):
         return False
     with _said_lock:

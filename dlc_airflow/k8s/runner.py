@@ -444,7 +444,8 @@ class KubeRunner:
 
     def _stop(self, ref: JobRef, objects: list[Manifest], guarded: bool = False) -> int:
         """stop() on the objects as read; `guarded`: each patch only if the object is unchanged
-        since (Conflict otherwise)."""
+        since (Conflict otherwise). The delete of a queued job whose Workloads cannot be
+        deactivated is not guarded."""
         if not objects or self.backend.status(objects).terminal:
             return 0
         if kueue.queued(objects) and not self._deactivate(ref):
