@@ -79,10 +79,12 @@ benchmarks: install cluster slurm
 	$(PY) benchmarks/slurm_poller.py
 
 # The randomized fault soak through real Airflow (hours; a 20-run version is in `make test`).
-# SOAK_RUNS=200 by default; the seed is printed (SOAK_SEED=N replays one).
+# SOAK_RUNS=200 by default; the seed is printed (SOAK_SEED=N replays one). SOAK_SHAPE=production
+# (PostgreSQL, two schedulers, two triggerers) or sqlite (one of each).
 SOAK_RUNS ?= 200
-soak: install cluster
-	$(PY) benchmarks/soak.py --runs $(SOAK_RUNS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
+SOAK_SHAPE ?= production
+soak: install cluster postgres
+	$(PY) benchmarks/soak.py --runs $(SOAK_RUNS) --shape $(SOAK_SHAPE) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 clean-cluster:
 	scripts/k8s-local down

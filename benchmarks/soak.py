@@ -1,12 +1,17 @@
-"""A randomized fault soak through real Airflow (scheduler, triggerer, dag-processor, api-server;
-LocalExecutor, SQLite) on the local control plane, with a printed seed:
+"""A randomized fault soak through real Airflow on the local control plane, with a printed seed,
+in one of two shapes:
+
+- `production` (the default): PostgreSQL (scripts/postgres-local), two schedulers and two
+  triggerers, a dag-processor and an api-server, LocalExecutor;
+- `sqlite`: SQLite with one scheduler and one triggerer (the shape of the first soaks).
 
 every run (in batches side by side, 5 by default; faults strike each batch) triggers a DAG of
 three DLC tasks - sync on a worker, deferred from a worker, started in the triggerer - whose
 jobs succeed, fail with a retryable or a fatal exit code, or get a pod preempted, while faults
-strike at random: SIGKILL of a task's process (mid-submit or mid-wait), of the triggerer, of
-the scheduler; an API server restart; 10-30% of the API requests answered 429/500/503 or
-dropped. Then it checks, per task instance:
+strike at random: SIGKILL of a task's process (mid-submit or mid-wait), of a triggerer, of a
+scheduler; a PostgreSQL restart (production shape); an API server restart; 10-30% of the API
+requests answered 429/500/503 or dropped. A component that exits by itself is started again, as
+a deployment's supervisor would, and counted in the report. Then it checks, per task instance:
 
 - the final state is the one its job's scenario calls for;
 - no duplicate job: never two attempts of one task instance alive at once (a direct watch
@@ -14,9 +19,10 @@ dropped. Then it checks, per task instance:
 - no orphan: no job still running 30 s after its task ended;
 - no lost finish: no task still waiting 120 s after its job ended.
 
-    .venv/bin/python benchmarks/soak.py --runs 200 [--seed N]       # the report (benchmarks/results/soak.json)
+    .venv/bin/python benchmarks/soak.py --runs 200 [--seed N] [--shape sqlite]
+    # the report: benchmarks/results/soak-production.json (soak.json for the sqlite shape)
 
-tests/airflow/test_soak.py runs 20 of them in `make test`.
+tests/airflow/test_soak.py runs 20 of them, in the production shape, in `make test`.
 """
 
 from __future__ import annotations
@@ -53,6 +59,10 @@ SCENARIOS = {
     "preempted": ({}, "success"),  # the soak preempts one of its pods (restart_on_preemption)
 }
 MODES = ("sync", "deferred", "triggerer")  # worker waits, worker defers, starts in the triggerer
+SHAPES = {  # name -> the Airflow components it runs (a second instance is "name:2")
+    "production": ("api-server", "scheduler", "scheduler:2", "dag-processor", "triggerer", "triggerer:2"),
+    "sqlite": ("api-server", "scheduler", "dag-processor", "triggerer"),
+}
 
 DAG = '''
 from datetime import datetime, timedelta, timezone
@@ -140,14 +150,19 @@ class Jobs(threading.Thread):
 
 
 class Soak:
-    def __init__(self, cluster, seed: int, tmp: Path) -> None:
+    def __init__(self, cluster, seed: int, tmp: Path, shape: str = "production") -> None:
         from tests.support.airflow_stack import AirflowStack
         from tests.support.cluster import create_test_namespace
+        from tests.support.postgres import fresh_database
 
         sys.path.insert(0, str(REPO / "benchmarks"))
         from notice_latency import kubeconfig_for
 
-        self.cluster, self.rng, self.tmp = cluster, random.Random(seed), tmp
+        self.cluster, self.rng, self.tmp, self.shape = cluster, random.Random(seed), tmp, shape
+        components = SHAPES[shape]
+        self.schedulers = [c for c in components if c.startswith("scheduler")]
+        self.triggerers = [c for c in components if c.startswith("triggerer")]
+        database = fresh_database() if shape == "production" else None  # before anything is made
         self.admin = cluster.admin()
         self.namespace = create_test_namespace(self.admin, prefix="soak")
         self.proxy = cluster.fault_proxy().__enter__()
@@ -162,10 +177,12 @@ class Soak:
             # a killed scheduler's running tasks are reset by the next one once it counts the
             # old one dead; Airflow's defaults (30 s, then a look every 5 min) would idle the soak
             "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
-            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15"}
-        self.stack = AirflowStack(tmp / "home", self.dags, env=env, parallelism=8,
-                                  components=("api-server", "scheduler", "dag-processor", "triggerer")).__enter__()
-        self.faults: list[str] = []
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15",
+            # a killed triggerer's triggers move to the other one once it counts it dead (30 s)
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10"}
+        self.stack = AirflowStack(tmp / "home", self.dags, env=env, parallelism=8, components=components,
+                                  database=database).__enter__()
+        self.exits: list[str] = []  # components that exited by themselves (started again)
 
     def close(self) -> None:
         from tests.support.cluster import delete_namespace
@@ -189,12 +206,13 @@ class Soak:
             (self.dags / f"{dag_id}.py").write_text(DAG.format(dag_id=dag_id, tasks=tasks))
             runs[dag_id] = (tasks, expected)
         for dag_id in runs:
-            self.stack.wait_for_dag(dag_id, timeout=300)
+            self.wait_until(lambda d=dag_id: self.stack.query("SELECT 1 FROM serialized_dag WHERE dag_id = ?", d),
+                            300, f"DAG {dag_id} to be parsed")
         began = time.time()
         faults = self.strike(runs)
         for dag_id, (tasks, _) in runs.items():
             count = len(tasks)
-            self.stack._wait(lambda d=dag_id, n=count: self._ended(d, n), 900, f"run {dag_id} to end", poll=2.0)
+            self.wait_until(lambda d=dag_id, n=count: self._ended(d, n), 900, f"run {dag_id} to end")
         time.sleep(30)  # an orphan is a job still running 30 s after its task ended
         return [self.check(dag_id, expected, began, faults) for dag_id, (_, expected) in runs.items()]
 
@@ -223,15 +241,16 @@ class Soak:
                     os.kill(pid, signal.SIGKILL)
                     done.append("kill a task process")
         if rng.random() < 0.3:
-            self.stack.kill("triggerer")
-            time.sleep(rng.uniform(1, 5))
-            self.stack.start("triggerer")
-            done.append("kill the triggerer")
+            self.kill_and_start(rng.choice(self.triggerers))
+            done.append("kill a triggerer")
         if rng.random() < 0.2:
-            self.stack.kill("scheduler")
-            time.sleep(rng.uniform(1, 5))
-            self.stack.start("scheduler")
-            done.append("kill the scheduler")
+            self.kill_and_start(rng.choice(self.schedulers))
+            done.append("kill a scheduler")
+        if self.shape == "production" and rng.random() < 0.2:
+            from tests.support.postgres import restart
+
+            restart()
+            done.append("restart PostgreSQL")
         if rng.random() < 0.15 and self.cluster.local_workdir:
             self.cluster.restart_apiserver()
             done.append("restart the API server")
@@ -240,6 +259,34 @@ class Soak:
         for thread in preempting:
             thread.join(60)
         return done
+
+    def kill_and_start(self, component: str) -> None:
+        self.stack.kill(component)
+        time.sleep(self.rng.uniform(1, 5))
+        self.stack.start(component)
+
+    def wait_until(self, predicate, timeout: float, what: str) -> None:
+        """Like a deployment's supervisor: a component that exited is started again (and counted);
+        the database may be restarting, so a failed read is only a "not yet"."""
+        from tests.support.airflow_stack import StackError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            for component in self.stack.components:
+                if not self.stack.running(component):
+                    code = self.stack.procs[component].returncode
+                    self.exits.append(f"{component} exited ({code})")
+                    print(f"soak: {component} exited ({code}):\n{self.stack.log(component, 15)}", flush=True)
+                    self.stack.start(component)
+            try:
+                if predicate():
+                    return
+            except Exception as error:  # PostgreSQL restarting, say
+                if time.monotonic() > deadline:
+                    raise StackError(f"timed out waiting for {what}: {error}") from error
+            if time.monotonic() > deadline:
+                raise StackError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(2.0)
 
     def preempt(self, task: str) -> None:
         from dlc_airflow.k8s.kinds import POD
@@ -264,11 +311,12 @@ class Soak:
         if not running:
             return None
         ti_id = str(self.rng.choice(running)).replace("-", "")  # SQLite keeps uuids as bare hex
-        try:
-            scheduler = psutil.Process(self.stack.pid("scheduler"))
-            procs = scheduler.children(recursive=True)
-        except Exception:  # noqa: BLE001
-            return None
+        procs = []
+        for scheduler in self.schedulers:
+            try:
+                procs += psutil.Process(self.stack.pid(scheduler)).children(recursive=True)
+            except Exception:  # noqa: BLE001 - that scheduler is down right now
+                continue
         found = []
         for proc in procs:
             try:
@@ -318,14 +366,16 @@ def datetime_ts(value) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
-def soak(runs: int, seed: int, out: Path | None = None, side_by_side: int = 5, cluster=None) -> dict:
+def soak(runs: int, seed: int, out: Path | None = None, side_by_side: int = 5, cluster=None,
+         shape: str = "production") -> dict:
     """`cluster`: the tests' cluster fixture (it fails in CI when the control plane is missing)."""
     from tests.support.cluster import acquire_cluster
 
-    print(f"soak: seed {seed}, {runs} runs", flush=True)
+    print(f"soak: seed {seed}, {runs} runs, {shape} shape", flush=True)
     cluster = cluster or acquire_cluster(in_ci=os.environ.get("CI") == "true")
+    began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dlc-soak-") as tmp:
-        s = Soak(cluster, seed, Path(tmp))
+        s = Soak(cluster, seed, Path(tmp), shape)
         results: list[dict] = []
         try:
             while len(results) < runs:
@@ -337,9 +387,13 @@ def soak(runs: int, seed: int, out: Path | None = None, side_by_side: int = 5, c
             s.close()
     counts = {kind: sum(1 for r in results for p in r["problems"] if kind in p)
               for kind in ("duplicate", "orphan", "lost finish")}
-    report = {"seed": seed, "runs": len(results), "tasks": sum(len(r["expected"]) for r in results),
+    report = {"seed": seed, "shape": shape, "components": list(SHAPES[shape]), "runs": len(results),
+              "tasks": sum(len(r["expected"]) for r in results), "wall_s": round(time.monotonic() - began),
               "wrong_final_state": sum(1 for r in results for p in r["problems"] if "expected" in p),
-              **counts, "faults": sorted({f.split("=")[0] for r in results for f in r["faults"]}), "results": results}
+              **counts, "faults": sorted({f.split("=")[0] for r in results for f in r["faults"]}),
+              "runs_under_fault": {kind: sum(1 for r in results for f in r["faults"] if f.split("=")[0] == kind)
+                               for kind in sorted({f.split("=")[0] for r in results for f in r["faults"]})},
+              "components_exited_by_themselves": s.exits, "results": results}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2))
@@ -351,9 +405,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     parser.add_argument("--side-by-side", type=int, default=5, help="runs at once (faults strike each batch)")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "soak.json"))
+    parser.add_argument("--shape", choices=list(SHAPES), default="production")
+    parser.add_argument("--out", help="default: benchmarks/results/soak-production.json (soak.json: sqlite)")
     args = parser.parse_args()
-    report = soak(args.runs, args.seed, Path(args.out), side_by_side=args.side_by_side)
+    out = Path(args.out or REPO / "benchmarks" / "results" /
+               ("soak.json" if args.shape == "sqlite" else f"soak-{args.shape}.json"))
+    report = soak(args.runs, args.seed, out, side_by_side=args.side_by_side, shape=args.shape)
     print(json.dumps({k: v for k, v in report.items() if k != "results"}, indent=2))
     bad = report["wrong_final_state"] + report["duplicate"] + report["orphan"] + report["lost finish"]
     sys.exit(1 if bad else 0)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -19,9 +18,9 @@ import pytest
 from dlc_airflow.k8s.kinds import JOB, POD
 from dlc_airflow.naming import LABEL_JOB, LABEL_TASK_KEY
 from tests.support.airflow_stack import AirflowStack
+from tests.support.postgres import PostgresMissing, fresh_database
 
 REPO = Path(__file__).resolve().parents[2]
-POSTGRES = REPO / "scripts" / "postgres-local"
 HOLD, RELEASE = "pod-hold.stage.kwok.x-k8s.io", "pod-release.stage.kwok.x-k8s.io"
 TASKS = int(os.environ.get("DLC_HA_TASKS", "20"))
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(600 + 30 * TASKS)]
@@ -42,15 +41,12 @@ with DAG("ha", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.ut
 @pytest.fixture
 def postgres():
     """The local PostgreSQL's URL, with a fresh airflow database."""
-    up = subprocess.run([str(POSTGRES), "status"], capture_output=True, text=True)
-    if up.returncode != 0:
-        why = "PostgreSQL is not running: scripts/postgres-local up (make test starts it)"
+    try:
+        return fresh_database()
+    except PostgresMissing as missing:
         if os.environ.get("CI") == "true":
-            pytest.fail(why, pytrace=False)
-        pytest.skip(why)
-    subprocess.run([str(POSTGRES), "reset"], check=True, capture_output=True)
-    env = subprocess.run([str(POSTGRES), "env"], check=True, capture_output=True, text=True).stdout
-    return env.split("DLC_PG_URL=", 1)[1].strip()
+            pytest.fail(str(missing), pytrace=False)
+        pytest.skip(str(missing))
 
 
 def alive_triggerers(stack) -> list[int]:
