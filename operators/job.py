@@ -50,12 +50,6 @@ def default_retry_policy() -> Any:
     return DLCRetryPolicy()
 
 
-def _default_deferrable() -> bool:
-    from airflow.configuration import conf
-
-    return conf.getboolean("operators", "default_deferrable", fallback=False)
-
-
 class DLCJobOperator(BaseOperator):
     """Run a DLC-style distributed job and wait for it.
 
@@ -69,7 +63,8 @@ class DLCJobOperator(BaseOperator):
         that does not exist fails the task; without backend= and without any cluster
         configured, jobs run on the local backend (the task log says why).
     :param wait_for_completion: wait for the job to finish (else return once it is submitted).
-    :param deferrable: wait in the triggerer (default: [operators] default_deferrable).
+    :param deferrable: wait in the triggerer, holding no worker slot (default: True, unless the
+        admin sets [dlc_airflow] default_deferrable = false); False waits on a worker.
     :param stream_logs: copy the job's logs and events into the task log.
     :param queue_timeout: fail (and stop the job) if it is not running after this long
         (seconds, timedelta or '30m'), with the scheduler's reason.
@@ -97,6 +92,7 @@ class DLCJobOperator(BaseOperator):
         from dlc_airflow import arguments as arg
         from dlc_airflow.airflow.notify import carry_all
         from dlc_airflow.airflow.policy_source import check_at_parse_time
+        from dlc_airflow.airflow.settings import default_deferrable
         from dlc_airflow.registry import check
         from dlc_airflow.spec.load import job_from
 
@@ -110,7 +106,7 @@ class DLCJobOperator(BaseOperator):
         self.conn_id = arg.conn_id(conn_id, tid)
         self.wait_for_completion = arg.flag(wait_for_completion, "wait_for_completion", tid)
         explicit_deferrable = arg.optional_flag(deferrable, "deferrable", tid)
-        self.deferrable = _default_deferrable() if explicit_deferrable is None else explicit_deferrable
+        self.deferrable = default_deferrable() if explicit_deferrable is None else explicit_deferrable
         self.stream_logs = arg.flag(stream_logs, "stream_logs", tid)
         self.queue_timeout = arg.seconds(queue_timeout, "queue_timeout", tid)
         self.timeout = arg.seconds(timeout, "timeout", tid)

@@ -43,9 +43,8 @@ class DLCJobSensor(BaseSensorOperator):
                  backend: str = "native", namespace: str | None = None,
                  conn_id: str = DEFAULT_CONN_ID, deferrable: bool | None = None,
                  local_root: str | None = None, **kwargs: Any) -> None:
-        from dlc_airflow.operators.job import _default_deferrable
-
         from dlc_airflow import arguments as arg
+        from dlc_airflow.airflow.settings import default_deferrable
 
         # before BaseSensorOperator reads them: it takes True as 1 second, and its own
         # messages name neither the task nor what to write
@@ -64,7 +63,9 @@ class DLCJobSensor(BaseSensorOperator):
         if explicit_deferrable and self.mode == "reschedule":
             raise arg.ArgumentError(f"{tid}: deferrable=True waits in the triggerer, mode='reschedule' on a worker: "
                                     "choose one of them")
-        self.deferrable = _default_deferrable() if explicit_deferrable is None else explicit_deferrable
+        # mode='reschedule' frees the worker slot between pokes on its own: it never defers unasked
+        self.deferrable = explicit_deferrable if explicit_deferrable is not None \
+            else self.mode != "reschedule" and default_deferrable()
         self.local_root = arg.local_root(local_root, tid)
         # (not when a mapped sensor is expanded at run time: its DAG was linked when parsed)
         from_mapped = getattr(self, "_BaseOperator__from_mapped", False)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dlc_airflow.airflow.settings import SECTION
 from dlc_airflow.policy import DELEGATION, Policy, PolicyError, defaults, enforce, layered, parse_policy, widening
 from dlc_airflow.spec import DLCJob
 
-CONFIG_SECTION, CONFIG_KEY = "dlc_airflow", "policy"
+CONFIG_SECTION, CONFIG_KEY = SECTION, "policy"
 CONFIG_SOURCE = f"the Airflow config [{CONFIG_SECTION}] {CONFIG_KEY}"
 EXTRA_KEY = "dlc_policy"
 

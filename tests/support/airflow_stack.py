@@ -2,7 +2,7 @@
 
     from tests.support.airflow_stack import AirflowStack
 
-    with AirflowStack(tmp_path / "home", dags_folder) as stack:     # api-server, scheduler, dag-processor
+    with AirflowStack(tmp_path / "home", dags_folder) as stack:     # what `airflow standalone` runs
         stack.wait_for_dag("my_dag")                                 # parsed and serialized
         stack.airflow("dags", "unpause", "my_dag")                   # any CLI command, same home
         stack.airflow("backfill", "create", "--dag-id", "my_dag", "--from-date", "2026-01-01",
@@ -23,7 +23,7 @@ with the test session's Airflow home or with each other):
 - `env` entries you pass override all of the above and go to every component and CLI call.
 
 Components: "api-server", "scheduler", "dag-processor", "triggerer" (the ones `airflow
-standalone` runs); "scheduler:2", "triggerer:2"... are more instances of one (HA, with a
+standalone` runs, and the default: a DLC task defers unless told otherwise); "scheduler:2", "triggerer:2"... are more instances of one (HA, with a
 PostgreSQL `database` - scripts/postgres-local - since SQLite allows a single scheduler). start() starts the given ones (default: all of `components`), each in its
 own process group, output in <home>/<component>.log (`log(name)` reads it). stop() ends them
 (SIGTERM, SIGKILL after a grace period) and the LocalExecutor's workers with them.
@@ -69,7 +69,7 @@ def free_port() -> int:
 
 class AirflowStack:
     def __init__(self, home: str | os.PathLike, dags_folder: str | os.PathLike, *,
-                 components: Iterable[str] = ("api-server", "scheduler", "dag-processor"),
+                 components: Iterable[str] = ALL_COMPONENTS,
                  env: dict[str, str] | None = None, parallelism: int = 4, database: str | None = None) -> None:
         """`database`: a PostgreSQL SQLAlchemy URL (scripts/postgres-local env), else SQLite."""
         self.home = Path(home).resolve()
