@@ -5,8 +5,8 @@ cluster shares one watch of the job kind and one of pods (dlc_airflow.k8s.watch)
 costs the API server O(1) watches per namespace, whatever the number of jobs, and a
 finished job is seen as soon as its status reaches the watch. The trigger logs every state
 change (with the job's new pod log lines and Events) and, when the job is done, ends the
-task itself (TaskSuccessEvent / TaskFailedEvent carrying the XComs) so a finished job does
-not wait for a worker slot. A task that needs no worker at all starts here
+task itself (TaskSuccessEvent / TaskFailedEvent, after writing the task's XComs as a worker
+would) so a finished job does not wait for a worker slot. A task that needs no worker at all starts here
 (start_from_trigger): the trigger submits or adopts its job first (dlc_airflow.airflow.start).
 
 Waiting costs the API server nothing per job: status, pods and Events come from the shared
@@ -183,7 +183,7 @@ class DLCJobTrigger(BaseTrigger):
                                          log=self.log, owner_try=self.try_number)
                 if notifications is not None:
                     await blocking(notifications.final, outcome.ok, verdict.status, outcome.error)
-                yield self._event(JobEvent(ref, outcome.ok, outcome.result, outcome.error))
+                yield await self._event(JobEvent(ref, outcome.ok, outcome.result, outcome.error))
                 return
         finally:
             await blocking(follower.close)
@@ -196,12 +196,31 @@ class DLCJobTrigger(BaseTrigger):
         if self.secrets:
             await blocking(TriggerSecrets.from_dict(self.secrets).register, runner, self.log)
 
-    def _event(self, event: JobEvent) -> TriggerEvent:
+    async def _event(self, event: JobEvent) -> TriggerEvent:
         if self.end_from_trigger and (event.ok or not self.fail_on_worker):
-            end = TaskSuccessEvent if event.ok else TaskFailedEvent
-            return end(xcoms={**self._xcoms, "return_value": event.result})
+            await self._publish({**self._xcoms, "return_value": event.result})
+            return TaskSuccessEvent() if event.ok else TaskFailedEvent()
         # a task started here publishes its XComs from the worker that takes the event
         return TriggerEvent({**event.to_dict(), XCOMS: self._xcoms} if self._xcoms else event.to_dict())
+
+    async def _publish(self, xcoms: JSONObject) -> None:
+        """Write the XComs of a task this trigger ends as its worker would: through the Task SDK's
+        channel (SetXCom, serialized by the XCom backend). Airflow 3.1-3.3 store the `xcoms` of a
+        TaskSuccessEvent encoded twice (json.dumps into a JSON column), so a downstream task's
+        xcom_pull would get a str instead of the result."""
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.comms import SetXCom
+        from airflow.sdk.execution_time.xcom import XCom
+
+        ti, comms = self.task_instance, task_runner.SUPERVISOR_COMMS
+        assert ti is not None  # (the triggerer, and dag.test, set it before run())
+        for key, value in xcoms.items():
+            where = {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index}
+            message = SetXCom(key=key, value=XCom.serialize_value(value, key=key, **where), **where)
+            if hasattr(comms, "asend"):  # the triggerer's channel, from its event loop
+                await comms.asend(message)
+            else:  # dag.test runs the trigger beside an in-process supervisor
+                comms.send(message)
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: stop its job (not on triggerer restarts), unless

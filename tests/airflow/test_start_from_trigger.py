@@ -25,8 +25,19 @@ REPO = Path(__file__).resolve().parents[2]
 DAG = '''
 import sys
 from datetime import datetime, timezone
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 from dlc_airflow.operators import DLCJobOperator
+
+
+def pull(ti):
+    """What a downstream task gets from xcom_pull, as it got it (a str would stay a str)."""
+    import json
+
+    got = {{t: ti.xcom_pull(task_ids=t) for t in ("plain", "templated")}}
+    got["plain.dlc_job"] = ti.xcom_pull(task_ids="plain", key="dlc_job")
+    json.dump(got, open({pulled!r}, "w"))
+
 
 JOB = {{"type": "batch", "image": "local", "roles": {{"worker": 2}},
        "command": [sys.executable, "-c", "import os; print('shard', os.environ['SHARD_INDEX'])"]}}
@@ -37,6 +48,7 @@ with DAG("sft", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.u
                    job={{**JOB, "env": {{"RUN": "{{{{ run_id }}}}"}}}})
     DLCJobOperator(task_id="refused", backend="local", local_root={root!r}, deferrable=True,
                    job={{**JOB, "env": {{"HF_TOKEN": {{"airflow_variable": "sft_no_such_variable"}}}}}})
+    [dag.task_dict["plain"], dag.task_dict["templated"]] >> PythonOperator(task_id="pull", python_callable=pull)
 '''
 
 
@@ -68,7 +80,7 @@ def test_which_tasks_start_in_the_triggerer(kwargs, starts_in_triggerer):
 def test_a_plain_deferrable_task_never_reaches_a_worker_where_airflow_can(tmp_path):
     dags = tmp_path / "dags"
     dags.mkdir()
-    (dags / "sft.py").write_text(DAG.format(root=str(tmp_path / "jobs")))
+    (dags / "sft.py").write_text(DAG.format(root=str(tmp_path / "jobs"), pulled=str(tmp_path / "pulled.json")))
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     with AirflowStack(tmp_path / "home", dags, env={"PYTHONPATH": pythonpath},
                       components=("api-server", "scheduler", "dag-processor", "triggerer")) as stack:
@@ -106,6 +118,11 @@ def test_a_plain_deferrable_task_never_reaches_a_worker_where_airflow_can(tmp_pa
     assert xcoms[("plain", "_link_DLCJobReportLink")].endswith("/dlc/jobs/sft/" + run["run_id"].replace(":", "%3A")
                                                                 .replace("+", "%2B") + "/plain")
     assert xcoms[("plain", "_link_DLCJobFolderLink")] == f"file://{tmp_path / 'jobs'}/{result['job_name']}"
+    # a downstream task pulls the results of tasks the trigger ended as dicts, as from a worker
+    assert tis["pull"]["state"] == "success", tis["pull"]
+    pulled = json.loads((tmp_path / "pulled.json").read_text())
+    assert pulled["plain"] == result and pulled["templated"]["state"] == "SUCCEEDED", pulled
+    assert pulled["plain.dlc_job"] == where, pulled
     # a secret env value from a Variable that does not exist, found when the job starts: failed
     # at once, no retry (retries=2: no retry creates a Variable), nothing submitted
     assert (tis["refused"]["state"], tis["refused"]["try_number"]) == ("failed", 1), tis["refused"]

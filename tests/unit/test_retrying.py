@@ -161,21 +161,50 @@ def test_the_operator_sets_the_policy_unless_the_task_gives_one():
     assert DLCJobOperator(task_id="c", job=spec, retry_policy=own).retry_policy is own
 
 
-def test_a_deferred_failure_goes_back_to_a_worker_when_the_task_has_a_policy():
+class Channel:
+    """A stand-in for the triggerer's channel to its supervisor: records the Task SDK messages."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    async def asend(self, message):
+        self.sent.append(message)
+
+
+def test_a_deferred_failure_goes_back_to_a_worker_when_the_task_has_a_policy(monkeypatch):
+    import asyncio
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
     from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 
     from dlc_airflow.airflow.event import XCOMS, JobEvent
     from dlc_airflow.airflow.trigger import DLCJobTrigger
     from dlc_airflow.jobref import JobRef
 
+    channel = Channel()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
+    ti = SimpleNamespace(dag_id="d", run_id="r", task_id="t", map_index=-1)
+
+    def event(trigger, job_event):
+        trigger.task_instance = ti
+        return asyncio.run(trigger._event(job_event))
+
     ref = JobRef(backend="local", place="/tmp", name="j", attempt=1)
-    failed, ok = JobEvent(ref, False, {"reason": reasons.OOM_KILLED}, "oom"), JobEvent(ref, True, {})
+    failed, ok = JobEvent(ref, False, {"reason": reasons.OOM_KILLED}, "oom"), JobEvent(ref, True, {"state": "S"})
     plain = DLCJobTrigger(ref=ref.to_dict())
-    assert isinstance(plain._event(failed), TaskFailedEvent)
+    assert isinstance(event(plain, failed), TaskFailedEvent)
     policed = DLCJobTrigger(ref=ref.to_dict(), fail_on_worker=True)
     assert DLCJobTrigger(**policed.serialize()[1]).fail_on_worker is True
-    assert isinstance(policed._event(ok), TaskSuccessEvent)
-    back = policed._event(failed)
+    channel.sent.clear()
+    success = event(policed, ok)
+    assert isinstance(success, TaskSuccessEvent) and not success.xcoms  # written as a worker writes them:
+    (written,) = channel.sent
+    assert (written.key, written.value, written.dag_id, written.run_id, written.task_id, written.map_index) == \
+        ("return_value", {"state": "S"}, "d", "r", "t", -1)
+    channel.sent.clear()
+    back = event(policed, failed)
     assert not isinstance(back, TaskFailedEvent) and JobEvent.from_dict(back.payload).result["reason"] == "OOMKilled"
+    assert channel.sent == []  # the worker that takes the failure publishes
     policed._xcoms = {"dlc_job": {"name": "j"}}
-    assert policed._event(failed).payload[XCOMS] == {"dlc_job": {"name": "j"}}
+    assert event(policed, failed).payload[XCOMS] == {"dlc_job": {"name": "j"}}
