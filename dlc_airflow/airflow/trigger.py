@@ -212,15 +212,13 @@ class DLCJobTrigger(BaseTrigger):
         from airflow.sdk.execution_time.comms import SetXCom
         from airflow.sdk.execution_time.xcom import XCom
 
-        ti, comms = self.task_instance, task_runner.SUPERVISOR_COMMS
-        assert ti is not None  # (the triggerer, and dag.test, set it before run())
+        ti = self.task_instance
+        if ti is None:  # dag.test: the task resumes in process with the end event and publishes them
+            return
         for key, value in xcoms.items():
             where = {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index}
             message = SetXCom(key=key, value=XCom.serialize_value(value, key=key, **where), **where)
-            if hasattr(comms, "asend"):  # the triggerer's channel, from its event loop
-                await comms.asend(message)
-            else:  # dag.test runs the trigger beside an in-process supervisor
-                comms.send(message)
+            await task_runner.SUPERVISOR_COMMS.asend(message)  # the triggerer's channel, from its event loop
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: stop its job (not on triggerer restarts), unless

@@ -203,6 +203,8 @@ def test_a_deferred_failure_goes_back_to_a_worker_when_the_task_has_a_policy(mon
     assert (written.key, written.value, written.dag_id, written.run_id, written.task_id, written.map_index) == \
         ("return_value", {"state": "S"}, "d", "r", "t", -1)
     channel.sent.clear()
+    in_dag_test = DLCJobTrigger(ref=ref.to_dict())  # no task instance: the task resumes and publishes
+    assert isinstance(asyncio.run(in_dag_test._event(ok)), TaskSuccessEvent) and channel.sent == []
     back = event(policed, failed)
     assert not isinstance(back, TaskFailedEvent) and JobEvent.from_dict(back.payload).result["reason"] == "OOMKilled"
     assert channel.sent == []  # the worker that takes the failure publishes
