@@ -10,7 +10,9 @@ three DLC tasks - sync on a worker, deferred from a worker, started in the trigg
 jobs succeed, fail with a retryable or a fatal exit code, or get a pod preempted, while faults
 strike at random: SIGKILL of a task's process (mid-submit or mid-wait), of a triggerer, of a
 scheduler; a PostgreSQL restart (production shape); an API server restart; 10-30% of the API
-requests answered 429/500/503 or dropped. A component that exits by itself is started again, as
+requests answered 429/500/503 or dropped. In the production shape each batch also gets one
+component fault, from a shuffled round of four (a scheduler kill, a triggerer kill, a
+PostgreSQL restart, an API server restart). A component that exits by itself is started again, as
 a deployment's supervisor would, and counted in the report. Then it checks, per task instance:
 
 - the final state is the one its job's scenario calls for;
@@ -183,6 +185,7 @@ class Soak:
         self.stack = AirflowStack(tmp / "home", self.dags, env=env, parallelism=8, components=components,
                                   database=database).__enter__()
         self.exits: list[str] = []  # components that exited by themselves (started again)
+        self.turns: list[str] = []  # production shape: the component faults still due this round
 
     def close(self) -> None:
         from tests.support.cluster import delete_namespace
@@ -240,18 +243,19 @@ class Soak:
                 if pid:
                     os.kill(pid, signal.SIGKILL)
                     done.append("kill a task process")
-        if rng.random() < 0.3:
+        due = self.due_fault()
+        if due == "triggerer" or rng.random() < 0.3:
             self.kill_and_start(rng.choice(self.triggerers))
             done.append("kill a triggerer")
-        if rng.random() < 0.2:
+        if due == "scheduler" or rng.random() < 0.2:
             self.kill_and_start(rng.choice(self.schedulers))
             done.append("kill a scheduler")
-        if self.shape == "production" and rng.random() < 0.2:
+        if self.shape == "production" and (due == "postgres" or rng.random() < 0.2):
             from tests.support.postgres import restart
 
             restart()
             done.append("restart PostgreSQL")
-        if rng.random() < 0.15 and self.cluster.local_workdir:
+        if (due == "apiserver" or rng.random() < 0.15) and self.cluster.local_workdir:
             self.cluster.restart_apiserver()
             done.append("restart the API server")
         time.sleep(rng.uniform(2, 6))
@@ -259,6 +263,16 @@ class Soak:
         for thread in preempting:
             thread.join(60)
         return done
+
+    def due_fault(self) -> str | None:
+        """Production shape: besides the random ones, each batch gets one component fault, in a
+        shuffled round of all four, so every four batches kill a scheduler and a triggerer and
+        restart PostgreSQL and the API server at least once."""
+        if self.shape != "production":
+            return None
+        if not self.turns:
+            self.turns = self.rng.sample(["scheduler", "triggerer", "postgres", "apiserver"], 4)
+        return self.turns.pop()
 
     def kill_and_start(self, component: str) -> None:
         self.stack.kill(component)
