@@ -46,6 +46,10 @@ T = TypeVar("T")
 # asyncio's default pool (a few threads on a small machine), nor they behind it.
 _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dlc-trigger")
 FOLDER_LOG_EVERY = 5.0  # seconds between reads of a job's log files while it runs (a file read each)
+# A task a worker deferred, which goes back to a worker at the end, is not handed back sooner than
+# this after its trigger began: Airflow 3.1-3.3's scheduler fails a resumed try that is already
+# running when it drains the stale "success" of the worker that deferred (apache/airflow#72716).
+RESUME_NOT_BEFORE = 15.0
 
 
 async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -136,6 +140,7 @@ class DLCJobTrigger(BaseTrigger):
         from dlc_airflow.airflow.start import StartError
         from dlc_airflow.airflow.waiting import Update, WaitIO
 
+        began = time.monotonic()
         try:
             ref, runner = await self._begin()
         except StartError as exc:
@@ -183,7 +188,7 @@ class DLCJobTrigger(BaseTrigger):
                                          log=self.log, owner_try=self.try_number)
                 if notifications is not None:
                     await blocking(notifications.final, outcome.ok, verdict.status, outcome.error)
-                yield await self._event(JobEvent(ref, outcome.ok, outcome.result, outcome.error))
+                yield await self._event(JobEvent(ref, outcome.ok, outcome.result, outcome.error), began)
                 return
         finally:
             await blocking(follower.close)
@@ -196,10 +201,12 @@ class DLCJobTrigger(BaseTrigger):
         if self.secrets:
             await blocking(TriggerSecrets.from_dict(self.secrets).register, runner, self.log)
 
-    async def _event(self, event: JobEvent) -> TriggerEvent:
+    async def _event(self, event: JobEvent, began: float) -> TriggerEvent:
         if self.end_from_trigger and (event.ok or not self.fail_on_worker):
             await self._publish({**self._xcoms, "return_value": event.result})
             return TaskSuccessEvent() if event.ok else TaskFailedEvent()
+        if self.start is None and self.task_instance is not None:  # a worker deferred it (not dag.test)
+            await asyncio.sleep(max(0.0, began + RESUME_NOT_BEFORE - time.monotonic()))
         # a task started here publishes its XComs from the worker that takes the event
         return TriggerEvent({**event.to_dict(), XCOMS: self._xcoms} if self._xcoms else event.to_dict())
 

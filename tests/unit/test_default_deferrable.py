@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import pytest
-
-from dlc_airflow.airflow.settings import SettingError, default_deferrable
 from dlc_airflow.operators import DLCJobOperator
 from dlc_airflow.sensors import DLCJobSensor
+
+from dlc_airflow.airflow.settings import SettingError, default_deferrable
 
 OPTION = "AIRFLOW__DLC_AIRFLOW__DEFAULT_DEFERRABLE"
 SPEC = {"type": "batch", "image": "registry.local/prep:1", "command": ["prep"]}

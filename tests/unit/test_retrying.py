@@ -6,6 +6,7 @@ real scheduler: tests/node/test_node_retry.py and tests/airflow/test_retry_sched
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 import pytest
@@ -188,7 +189,7 @@ def test_a_deferred_failure_goes_back_to_a_worker_when_the_task_has_a_policy(mon
 
     def event(trigger, job_event):
         trigger.task_instance = ti
-        return asyncio.run(trigger._event(job_event))
+        return asyncio.run(trigger._event(job_event, began=time.monotonic() - 3600))
 
     ref = JobRef(backend="local", place="/tmp", name="j", attempt=1)
     failed, ok = JobEvent(ref, False, {"reason": reasons.OOM_KILLED}, "oom"), JobEvent(ref, True, {"state": "S"})
@@ -204,9 +205,39 @@ def test_a_deferred_failure_goes_back_to_a_worker_when_the_task_has_a_policy(mon
         ("return_value", {"state": "S"}, "d", "r", "t", -1)
     channel.sent.clear()
     in_dag_test = DLCJobTrigger(ref=ref.to_dict())  # no task instance: the task resumes and publishes
-    assert isinstance(asyncio.run(in_dag_test._event(ok)), TaskSuccessEvent) and channel.sent == []
+    assert isinstance(asyncio.run(in_dag_test._event(ok, began=time.monotonic())), TaskSuccessEvent) and channel.sent == []
     back = event(policed, failed)
     assert not isinstance(back, TaskFailedEvent) and JobEvent.from_dict(back.payload).result["reason"] == "OOMKilled"
     assert channel.sent == []  # the worker that takes the failure publishes
     policed._xcoms = {"dlc_job": {"name": "j"}}
     assert event(policed, failed).payload[XCOMS] == {"dlc_job": {"name": "j"}}
+
+
+def test_a_deferred_task_goes_back_to_its_worker_no_sooner_than_the_floor(monkeypatch):
+    """apache/airflow#72716: a resumed try the scheduler finds running when it drains the
+    deferring worker's stale success is failed; the hand-back waits out RESUME_NOT_BEFORE."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+
+    from dlc_airflow.airflow import trigger as trigger_module
+    from dlc_airflow.airflow.event import JobEvent
+    from dlc_airflow.airflow.trigger import DLCJobTrigger
+    from dlc_airflow.jobref import JobRef
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Channel(), raising=False)
+    monkeypatch.setattr(trigger_module, "RESUME_NOT_BEFORE", 0.5)
+    ref = JobRef(backend="local", place="/tmp", name="j", attempt=1)
+    ok = JobEvent(ref, True, {"state": "SUCCEEDED"})
+
+    def seconds_to_event(**kwargs) -> float:
+        trigger = DLCJobTrigger(ref=ref.to_dict(), **kwargs)
+        trigger.task_instance = SimpleNamespace(dag_id="d", run_id="r", task_id="t", map_index=-1)
+        began = time.monotonic()
+        asyncio.run(trigger._event(ok, began))
+        return time.monotonic() - began
+
+    assert seconds_to_event(end_from_trigger=False) >= 0.5  # (outlets: the worker ends it)
+    assert seconds_to_event() < 0.4  # the trigger ends the task itself: no worker to race
+    assert seconds_to_event(end_from_trigger=False, start={"job": {}}) < 0.4  # never on a worker
