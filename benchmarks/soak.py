@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -292,14 +293,14 @@ class Soak:
                     self.exits.append(f"{component} exited ({code})")
                     print(f"soak: {component} exited ({code}):\n{self.stack.log(component, 15)}", flush=True)
                     self.stack.start(component)
+            error = None
             try:
                 if predicate():
                     return
-            except Exception as error:  # PostgreSQL restarting, say
-                if time.monotonic() > deadline:
-                    raise StackError(f"timed out waiting for {what}: {error}") from error
+            except Exception as failed:  # noqa: BLE001 - PostgreSQL restarting, say
+                error = failed
             if time.monotonic() > deadline:
-                raise StackError(f"timed out after {timeout:.0f}s waiting for {what}")
+                raise StackError(f"timed out after {timeout:.0f}s waiting for {what}" + (f": {error}" if error else ""))
             time.sleep(2.0)
 
     def preempt(self, task: str) -> None:
@@ -401,12 +402,11 @@ def soak(runs: int, seed: int, out: Path | None = None, side_by_side: int = 5, c
             s.close()
     counts = {kind: sum(1 for r in results for p in r["problems"] if kind in p)
               for kind in ("duplicate", "orphan", "lost finish")}
+    under_fault = Counter(f.split("=")[0] for r in results for f in r["faults"])  # runs a fault kind struck
     report = {"seed": seed, "shape": shape, "components": list(SHAPES[shape]), "runs": len(results),
               "tasks": sum(len(r["expected"]) for r in results), "wall_s": round(time.monotonic() - began),
               "wrong_final_state": sum(1 for r in results for p in r["problems"] if "expected" in p),
-              **counts, "faults": sorted({f.split("=")[0] for r in results for f in r["faults"]}),
-              "runs_under_fault": {kind: sum(1 for r in results for f in r["faults"] if f.split("=")[0] == kind)
-                               for kind in sorted({f.split("=")[0] for r in results for f in r["faults"]})},
+              **counts, "faults": sorted(under_fault), "runs_under_fault": dict(sorted(under_fault.items())),
               "components_exited_by_themselves": s.exits, "results": results}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

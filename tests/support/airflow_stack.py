@@ -23,9 +23,10 @@ with the test session's Airflow home or with each other):
 - `env` entries you pass override all of the above and go to every component and CLI call.
 
 Components: "api-server", "scheduler", "dag-processor", "triggerer" (the ones `airflow
-standalone` runs, and the default: a DLC task defers unless told otherwise); "scheduler:2", "triggerer:2"... are more instances of one (HA, with a
-PostgreSQL `database` - scripts/postgres-local - since SQLite allows a single scheduler). start() starts the given ones (default: all of `components`), each in its
-own process group, output in <home>/<component>.log (`log(name)` reads it). stop() ends them
+standalone` runs, and the default: a DLC task defers unless told otherwise); "scheduler:2",
+"triggerer:2"... are more instances of one (HA, with a PostgreSQL `database` -
+scripts/postgres-local - since SQLite allows a single scheduler). start() starts the given
+ones (default: all of `components`), each in its own process group, output in <home>/<component>.log (`log(name)` reads it). stop() ends them
 (SIGTERM, SIGKILL after a grace period) and the LocalExecutor's workers with them.
 
 Reading state: dag runs and task instances are read straight from the SQLite file (fast, no
