@@ -155,7 +155,8 @@ def test_outputs_come_back_through_the_termination_message(kube, k8s_conn, dag_f
 
 def test_logs_stream_while_the_job_runs_and_the_jobs_cli_reads_them(kube, k8s_conn, dag_files, real_node, capfd):
     source = ("import time\nfor i in range(4):\n    print(f'tick {i}', flush=True)\n    time.sleep(4)\n")
-    ti = run(dag_files, k8s_conn, python_job(source, roles={"worker": 2}))
+    # a wait on a worker (the deferred wait on Kubernetes reads logs at each state change only)
+    ti = run(dag_files, k8s_conn, python_job(source, roles={"worker": 2}), deferrable=False)
     text = "".join(capfd.readouterr())
     assert ti.state == "success", task_log(text)
     # each replica's lines, prefixed, in the task log as they were printed: "tick 0" arrives
