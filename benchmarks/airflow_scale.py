@@ -1,6 +1,8 @@
 """N waiting tasks through real Airflow: the scheduler, the triggerer, the dag-processor and the
-api-server (LocalExecutor, SQLite), the local control plane, side by side with the cncf
-provider's KubernetesJobOperator, one approach after the other:
+api-server (LocalExecutor) on the local control plane, side by side with the cncf provider's
+KubernetesJobOperator, one approach after the other, in one of two shapes (soak.SHAPES):
+`sqlite` (one scheduler, one triggerer) or `production` (PostgreSQL, two schedulers, two
+triggerers; scripts/postgres-local up). The approaches:
 
 - `dlc-triggerer`: DLCJobOperator(deferrable=True) with a plain spec: it starts in the triggerer
   (start_from_trigger) and never takes a worker slot;
@@ -15,10 +17,15 @@ Measured per approach and N: DAG run start -> task deferred (p50/p95/max), the s
 its workers' CPU seconds per task until all are deferred, API requests per waiting job-hour
 (steady window, logs on), triggerer RSS and CPU, job finished -> task ended (p50/p95/max; the
 job's finish as a direct watch saw it, the TI's end_date), and how much of that is Airflow's
-own after our trigger yielded (its log line -> end_date). And the DAG file parse time.
+own after our trigger yielded (its log line -> end_date). On PostgreSQL also the database's
+connections and its statements and transactions per second (pg_stat_statements,
+pg_stat_database) over the steady window. And the DAG file parse time.
 
     .venv/bin/python benchmarks/airflow_scale.py --tasks 50 200 --approaches dlc-triggerer dlc-worker cncf
     .venv/bin/python benchmarks/airflow_scale.py --tasks 1000 --approaches dlc-triggerer
+    # the production shape: 4,000 waiting tasks in DAGs of 20 and one DAG of 1,000 (the big-DAG guard)
+    .venv/bin/python benchmarks/airflow_scale.py --shape production --tasks 4000 --per-dag 20 --one-dag 1000 \
+        --approaches dlc-triggerer
 
 Needs the local control plane (scripts/k8s-local up). Results: benchmarks/results/airflow_scale.json.
 """
@@ -42,7 +49,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import psutil  # noqa: E402
 from notice_latency import grant_job_status, kubeconfig_for  # noqa: E402
-from soak import Jobs  # noqa: E402
+from soak import SHAPES, Jobs  # noqa: E402
 from soak import datetime_ts as parse_time  # noqa: E402
 
 from tests.support.airflow_stack import AirflowStack  # noqa: E402
@@ -52,6 +59,7 @@ from tests.support.cluster import (  # noqa: E402
     delete_namespace,
     pod_logs,
 )
+from tests.support.postgres import fresh_database  # noqa: E402
 
 HOLD = "pod-hold.stage.kwok.x-k8s.io"
 RELEASE = "pod-release.stage.kwok.x-k8s.io"
@@ -62,10 +70,13 @@ from airflow.sdk import DAG
 {imports}
 
 PER = {per}
-for d in range({n} // PER):
-  with DAG(f"scale_{{d}}", schedule={schedule}, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-           max_active_tasks=PER, default_args={{"retries": 0}}) as dag:
-    for i in range(d * PER, (d + 1) * PER):
+BIG = {big}  # one more DAG of BIG tasks (ids after the others'): past the big-DAG guard's budget
+for d in range({n} // PER + (1 if BIG else 0)):
+  first, last = (d * PER, (d + 1) * PER) if d < {n} // PER else ({n}, {n} + BIG)
+  with DAG("scale_big" if first == {n} else f"scale_{{d}}", schedule={schedule},
+           start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), max_active_tasks=last - first,
+           default_args={{"retries": 0}}) as dag:
+    for i in range(first, last):
 {task}
 '''
 
@@ -119,16 +130,58 @@ def tree_rss(pid: int) -> float:
         return 0.0
 
 
-def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float, per_dag: int = 0,
-            breakdown: bool = False) -> dict:
-    """per_dag: tasks per DAG (0: one DAG of n tasks, triggered by hand; else DAGs that run at
-    once when parsed, as many as n needs). breakdown: the triggerer probe
-    (benchmarks/triggerer_probe) times Airflow's steps after our trigger yields."""
-    from dlc_airflow.k8s.kinds import POD
+def instances(stack: AirflowStack, command: str) -> list[int]:
+    """The pids of every instance of a component ("triggerer" and "triggerer:2")."""
+    return [stack.pid(c) for c in stack.components if c.split(":", 1)[0] == command]
 
+
+def cpu_of(stack: AirflowStack, command: str, descendants_only: bool = False) -> float:
+    return sum(tree_cpu(pid, descendants_only) for pid in instances(stack, command))
+
+
+def db_activity(stack: AirflowStack) -> dict[str, float]:
+    """PostgreSQL's counters for the airflow database: open connections, transactions, and the
+    statements run (pg_stat_statements, loaded by scripts/postgres-local)."""
+    row = stack.query("SELECT numbackends, xact_commit + xact_rollback AS transactions FROM pg_stat_database "
+                      "WHERE datname = current_database()")[0]
+    calls = stack.query("SELECT COALESCE(SUM(calls), 0) AS calls FROM pg_stat_statements "
+                        "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())")[0]
+    return {"connections": int(row["numbackends"]), "transactions": int(row["transactions"]),
+            "statements": int(calls["calls"])}
+
+
+def bench_nodes(admin, pods: int) -> list[str]:
+    """kwok nodes for the pods the cluster's own untainted nodes cannot hold (2,500 across
+    them; 2,000 kept for the rest): 1,000 pods each, deleted after the run."""
+    names = [f"bench-{i}" for i in range(max(0, -(-(pods - 2000) // 1000)))]
+    capacity = {"cpu": "1000", "memory": "4Ti", "pods": "1000", "ephemeral-storage": "1Ti"}
+    for name in names:
+        admin.create({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}},
+            "spec": {"taints": []}, "status": {"allocatable": capacity, "capacity": capacity}})
+    return names
+
+
+def percentiles_by(values: dict[str, float], big: set[str]) -> tuple[dict, dict]:
+    """The percentiles of the tasks of the DAGs of a usual size, and of the big DAG's."""
+    return (percentiles([v for task, v in values.items() if task not in big]),
+            percentiles([v for task, v in values.items() if task in big]))
+
+
+def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float, per_dag: int = 0,
+            breakdown: bool = False, shape: str = "sqlite", big: int = 0) -> dict:
+    """per_dag: tasks per DAG (0: one DAG of n tasks, triggered by hand; else DAGs that run at
+    once when parsed, as many as n needs); big: one more DAG of that many tasks, run at once
+    (the big-DAG guard sends them through a worker). breakdown: the triggerer probe
+    (benchmarks/triggerer_probe) times Airflow's steps after our trigger yields."""
+    from dlc_airflow.k8s.kinds import NODE, POD
+
+    total = n + big
     admin = cluster.admin()
     namespace = create_test_namespace(admin, prefix="scale")
     grant_job_status(admin, namespace, ({"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},))
+    nodes = bench_nodes(admin, total)
     tmp = Path(tempfile.mkdtemp(prefix=f"dlc-scale-{approach}-"))
     (tmp / "job.log").write_text("".join(f"2026-12-04T00:00:0{i}.000000000Z stdout F step {i} loss 0.{9 - i}\n"
                                          for i in range(3)))
@@ -137,7 +190,8 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
     dags.mkdir()
     imports, task = TASKS[approach]
     per = per_dag or n
-    (dags / "scale.py").write_text(DAG.format(imports=imports, n=n, per=per, schedule='"@once"' if per_dag else None,
+    (dags / "scale.py").write_text(DAG.format(imports=imports, n=n, per=per, big=big,
+                                              schedule='"@once"' if per_dag else None,
                                               task=task.format(hold=HOLD, namespace=namespace)))
     proxy = cluster.fault_proxy()
     proxy.__enter__()
@@ -145,8 +199,8 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
     env = {
         "AIRFLOW_CONN_BENCH": json.dumps({"conn_type": "kubernetes", "extra": {
             "kube_config_path": str(kubeconfig), "namespace": namespace}}),
-        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(n + 10),
-        "AIRFLOW__TRIGGERER__CAPACITY": str(n + 100),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(total + 10),
+        "AIRFLOW__TRIGGERER__CAPACITY": str(total + 100),
         "AIRFLOW__TRIGGERER__MAX_TRIGGER_TO_SELECT_PER_LOOP": "1000",
         "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": "1000",
         "PYTHONPATH": str(REPO),
@@ -156,21 +210,27 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
     if breakdown:
         env["PYTHONPATH"] = f"{REPO / 'benchmarks' / 'triggerer_probe'}{os.pathsep}{REPO}"
         env["DLC_BREAKDOWN_LOG"] = str(probe_log)
+    production = shape == "production"
     finishes = Jobs(admin, namespace)  # when each Job finished, as a direct watch saw it
     finishes.start()
-    result: dict = {"approach": approach, "tasks": n}
+    result: dict = {"approach": approach, "tasks": total, "shape": shape, "components": list(SHAPES[shape])}
+    if big:
+        result["tasks_in_dags_of_usual_size"], result["tasks_in_the_big_dag"] = n, big
     try:
-        with AirflowStack(tmp / "home", dags, env=env, parallelism=16,
-                          components=("api-server", "scheduler", "dag-processor", "triggerer")) as stack:
-            cpu0 = {c: tree_cpu(stack.pid(c)) for c in ("scheduler", "triggerer")}
-            workers0 = tree_cpu(stack.pid("scheduler"), descendants_only=True)
+        # 16 worker slots in all: one scheduler's, or 8 for each of two
+        with AirflowStack(tmp / "home", dags, env=env, parallelism=8 if production else 16, components=SHAPES[shape],
+                          database=fresh_database() if production else None) as stack:
+            cpu0 = {c: cpu_of(stack, c) for c in ("scheduler", "triggerer")}
+            workers0 = cpu_of(stack, "scheduler", descendants_only=True)
             if not per_dag:
                 stack.wait_for_dag("scale_0", timeout=600)
                 stack.airflow("dags", "unpause", "scale_0")
                 stack.airflow("dags", "trigger", "scale_0")
             deferred_at: dict[str, float] = {}
+            peak_connections = 0
 
             def all_deferred():
+                nonlocal peak_connections
                 rows = stack.query("SELECT ti.task_id, t.created_date FROM task_instance ti JOIN trigger t "
                                    "ON ti.trigger_id = t.id WHERE ti.dag_id LIKE 'scale%'")
                 for r in rows:
@@ -179,35 +239,57 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
                                   "AND state IN ('failed', 'upstream_failed')")
                 if bad:
                     raise AssertionError(f"tasks failed before waiting: {bad[:5]}")
-                return len(deferred_at) >= n or None
-            stack._wait(all_deferred, 3600, f"{n} tasks deferred", poll=1.0)
-            started = min(parse_time(r["start_date"]) for r in stack.query(
-                "SELECT start_date FROM dag_run WHERE dag_id LIKE 'scale%'"))
-            result["run_start_to_deferred_s"] = percentiles([t - started for t in deferred_at.values()])
+                if production:
+                    peak_connections = max(peak_connections, db_activity(stack)["connections"])
+                return len(deferred_at) >= total or None
+            stack._wait(all_deferred, 3600, f"{total} tasks deferred", poll=2.0)
+            run_start = {r["dag_id"]: parse_time(r["start_date"]) for r in stack.query(
+                "SELECT dag_id, start_date FROM dag_run WHERE dag_id LIKE 'scale%'")}
+            tis = stack.query("SELECT dag_id, task_id, queued_dttm, start_date FROM task_instance "
+                              "WHERE dag_id LIKE 'scale%'")
+            in_big = {r["task_id"] for r in tis if r["dag_id"] == "scale_big"}
+            dag_of = {r["task_id"]: r["dag_id"] for r in tis}
+            to_deferred = {t: at - run_start[dag_of[t]] for t, at in deferred_at.items()}
+            result["run_start_to_deferred_s"], big_deferred = percentiles_by(to_deferred, in_big)
             # where that goes: waiting for a worker slot (queued -> start) vs the task's own start (start -> deferred)
-            tis = stack.query("SELECT task_id, queued_dttm, start_date FROM task_instance WHERE dag_id LIKE 'scale%'")
             result["queued_to_started_s"] = percentiles([parse_time(r["start_date"]) - parse_time(r["queued_dttm"])
                                                          for r in tis if r["queued_dttm"] and r["start_date"]])
             result["started_to_deferred_s"] = percentiles([deferred_at[r["task_id"]] - parse_time(r["start_date"])
                                                            for r in tis if r["queued_dttm"] and r["start_date"]
                                                            and r["task_id"] in deferred_at])
             result["scheduler_and_workers_cpu_s_per_task"] = round(
-                (tree_cpu(stack.pid("scheduler")) - cpu0["scheduler"]) / n, 3)
+                (cpu_of(stack, "scheduler") - cpu0["scheduler"]) / total, 3)
             result["workers_cpu_s_per_task"] = round(
-                (tree_cpu(stack.pid("scheduler"), descendants_only=True) - workers0) / n, 3)
+                (cpu_of(stack, "scheduler", descendants_only=True) - workers0) / total, 3)
+            if big:
+                result["big_dag"] = {
+                    "guard_logged": any("more tasks that would start in the triggerer" in f.read_text(errors="replace")
+                                        for f in (stack.home / "logs" / "dag_processor").rglob("*.log")),
+                    "tasks_started_on_a_worker": len([r for r in tis if r["dag_id"] == "scale_big" and r["queued_dttm"]]),
+                    "run_start_to_deferred_s": big_deferred}
             # every pod running (held): then the steady wait
             stack._wait(lambda: len([p for p in admin.list(POD, namespace)[0]
-                                     if (p.get("status") or {}).get("phase") == "Running"]) >= n or None,
-                        600, f"{n} pods running")
+                                     if (p.get("status") or {}).get("phase") == "Running"]) >= total or None,
+                        1200, f"{total} pods running", poll=5.0)
             time.sleep(5)
-            count0, trig0, t0 = proxy.requests, tree_cpu(stack.pid("triggerer")), time.monotonic()
+            count0, trig0, t0 = proxy.requests, cpu_of(stack, "triggerer"), time.monotonic()
+            db0 = db_activity(stack) if production else {}
             time.sleep(steady)
             window = time.monotonic() - t0
-            result["requests_per_waiting_job_hour"] = round((proxy.requests - count0) / n / (window / 3600), 2)
+            result["requests_per_waiting_job_hour"] = round((proxy.requests - count0) / total / (window / 3600), 2)
             result["steady_window_s"] = round(window, 1)
             result["triggerer_cpu_s_per_waiting_job_hour"] = round(
-                (tree_cpu(stack.pid("triggerer")) - trig0) / n / (window / 3600), 3)
-            result["triggerer_rss_mib"] = round(tree_rss(stack.pid("triggerer")), 1)
+                (cpu_of(stack, "triggerer") - trig0) / total / (window / 3600), 3)
+            rss = [tree_rss(pid) for pid in instances(stack, "triggerer")]
+            result["triggerer_rss_mib"] = round(sum(rss), 1)
+            result["triggerer_rss_mib_each"] = [round(r, 1) for r in rss]
+            result["triggerer_rss_kib_per_waiting_task"] = round(sum(rss) * 1024 / total, 1)
+            if production:
+                db1 = db_activity(stack)
+                result["database"] = {
+                    "connections_while_waiting": db1["connections"], "peak_connections_while_deferring": peak_connections,
+                    "statements_per_s": round((db1["statements"] - db0["statements"]) / window, 1),
+                    "transactions_per_s": round((db1["transactions"] - db0["transactions"]) / window, 1)}
             # release the pods in waves; each job's finish as the direct watch sees it
             pods = sorted(admin.list(POD, namespace)[0], key=lambda p: p["metadata"]["name"])
             for i in range(0, len(pods), wave):
@@ -216,22 +298,26 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
                                 namespace=namespace)
                 time.sleep(gap)
             stack._wait(lambda: len(stack.query("SELECT 1 FROM task_instance WHERE dag_id LIKE 'scale%' AND state IN "
-                                                "('success','failed')")) >= n or None, 1800, "every task to end")
+                                                "('success','failed')")) >= total or None, 1800, "every task to end",
+                        poll=2.0)
             ended = {r["task_id"]: parse_time(r["end_date"]) for r in stack.query(
                 "SELECT task_id, end_date, state FROM task_instance WHERE dag_id LIKE 'scale%'")}
             result["tasks_failed"] = len(stack.query("SELECT 1 FROM task_instance WHERE dag_id LIKE 'scale%' "
                                                      "AND state != 'success'"))
-            latencies, airflow_part = [], []
+            latencies: dict[str, float] = {}
+            airflow_part: dict[str, float] = {}
             yielded = yield_times(stack.home, approach)
             done_at = {name: seen["finished"] for name, seen in finishes.seen.items() if seen["finished"]}
             for job, done in done_at.items():
                 task = job_task(job, approach)
                 if task in ended and ended[task]:
-                    latencies.append(ended[task] - done)
+                    latencies[task] = ended[task] - done
                     if task in yielded:
-                        airflow_part.append(ended[task] - yielded[task])
-            result["finish_to_ended_s"] = percentiles(latencies)
-            result["of_which_airflow_after_yield_s"] = percentiles(airflow_part)
+                        airflow_part[task] = ended[task] - yielded[task]
+            result["finish_to_ended_s"] = percentiles(list(latencies.values()))
+            result["of_which_airflow_after_yield_s"] = percentiles(list(airflow_part.values()))
+            if big:
+                result["big_dag"]["finish_to_ended_s"] = percentiles_by(latencies, in_big)[1]
             if breakdown:
                 result["airflow_steps_s"] = airflow_steps(probe_log, yielded, ended)
             result["load_average"] = [round(x, 2) for x in os.getloadavg()]
@@ -240,6 +326,8 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
         finishes.stop()
         proxy.__exit__(None, None, None)
         delete_namespace(admin, namespace)
+        for name in nodes:
+            admin.delete(NODE, name)
     return result
 
 
@@ -330,6 +418,10 @@ def main() -> None:
     parser.add_argument("--wave", type=int, default=10, help="jobs released at once")
     parser.add_argument("--gap", type=float, default=0.5, help="seconds between waves")
     parser.add_argument("--per-dag", type=int, default=0, help="tasks per DAG (0: all in one DAG)")
+    parser.add_argument("--one-dag", type=int, default=0,
+                        help="with --per-dag: one more DAG of this many tasks (past the big-DAG guard's budget)")
+    parser.add_argument("--shape", choices=list(SHAPES), default="sqlite",
+                        help="production: PostgreSQL, two schedulers, two triggerers (scripts/postgres-local up)")
     parser.add_argument("--breakdown", action="store_true",
                         help="time Airflow's steps after our trigger yields (benchmarks/triggerer_probe)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "airflow_scale.json"))
@@ -342,10 +434,12 @@ def main() -> None:
     for n in args.tasks:
         for approach in args.approaches:
             began = time.monotonic()
-            result = measure(cluster, approach, n, args.steady, args.wave, args.gap, args.per_dag, args.breakdown)
+            result = measure(cluster, approach, n, args.steady, args.wave, args.gap, args.per_dag, args.breakdown,
+                             args.shape, args.one_dag)
             result["wall_s"] = round(time.monotonic() - began, 1)
             key = f"{approach}/{n}" + (f" in DAGs of {args.per_dag}" if args.per_dag else "") \
-                + (" (breakdown)" if args.breakdown else "")
+                + (f" and one DAG of {args.one_dag}" if args.one_dag else "") \
+                + (" (breakdown)" if args.breakdown else "") + (" (production shape)" if args.shape == "production" else "")
             report.setdefault("runs", {})[key] = result
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=2))

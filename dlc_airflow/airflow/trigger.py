@@ -93,7 +93,7 @@ class DLCJobTrigger(BaseTrigger):
         # the task has a retry policy: a failure goes back to a worker, where Airflow evaluates
         # it (a TaskFailedEvent would bypass it: the triggerer only counts retries)
         self.fail_on_worker = fail_on_worker
-        self._xcoms: JSONObject = {}  # what a task started here publishes when it ends
+        self._xcoms: JSONObject = {}  # what a task started here still has to publish (dag.test: at its end)
 
     def serialize(self) -> tuple[str, JSONObject]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -130,7 +130,10 @@ class DLCJobTrigger(BaseTrigger):
         started = await blocking(start_job, self.start, self.task_instance, self.namespace, self.local_root, self.log)
         # from now on, as if a worker had deferred it (on_kill, the wait, the wrap-up)
         self.ref, self.conn_id, self.try_number = started.ref.to_dict(), started.conn_id, started.identity.try_number
-        self.secrets, self.queued_since, self._xcoms = started.secrets, started.began, started.xcoms
+        self.secrets, self.queued_since = started.secrets, started.began
+        # published now, not with the result: the job's links show while it runs, and the end
+        # (when many jobs finish at once) sends one XCom through the triggerer's channel, not five
+        self._xcoms = {} if await self._publish(started.xcoms) else started.xcoms
         self.deadline = started.began + self.timeout if self.timeout else None
         if self.notify:
             self.notify = {**self.notify, "where": started.where}
@@ -210,22 +213,23 @@ class DLCJobTrigger(BaseTrigger):
         # a task started here publishes its XComs from the worker that takes the event
         return TriggerEvent({**event.to_dict(), XCOMS: self._xcoms} if self._xcoms else event.to_dict())
 
-    async def _publish(self, xcoms: JSONObject) -> None:
+    async def _publish(self, xcoms: JSONObject) -> bool:
         """Write the XComs of a task this trigger ends as its worker would: through the Task SDK's
         channel (SetXCom, serialized by the XCom backend). Airflow 3.1-3.3 store the `xcoms` of a
         TaskSuccessEvent encoded twice (json.dumps into a JSON column), so a downstream task's
-        xcom_pull would get a str instead of the result."""
+        xcom_pull would get a str instead of the result. False when there is no channel (dag.test)."""
         from airflow.sdk.execution_time import task_runner
         from airflow.sdk.execution_time.comms import SetXCom
         from airflow.sdk.execution_time.xcom import XCom
 
         ti = self.task_instance
         if ti is None:  # dag.test: the task resumes in process with the end event and publishes them
-            return
+            return False
         for key, value in xcoms.items():
             where = {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index}
             message = SetXCom(key=key, value=XCom.serialize_value(value, key=key, **where), **where)
             await task_runner.SUPERVISOR_COMMS.asend(message)  # the triggerer's channel, from its event loop
+        return True
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: stop its job (not on triggerer restarts), unless

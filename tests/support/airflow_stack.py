@@ -243,7 +243,8 @@ class AirflowStack:
 
             url = self.database.replace("postgresql+psycopg2://", "postgresql://")
             with psycopg2.connect(url) as db, db.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-                cur.execute(sql.replace("?", "%s"), params)
+                # psycopg2 formats with %: a literal one (LIKE 'x%') is doubled when there are params
+                cur.execute(sql.replace("%", "%%").replace("?", "%s") if params else sql, params or None)
                 return [dict(row) for row in cur.fetchall()]
         db = sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True, timeout=30)
         db.row_factory = sqlite3.Row

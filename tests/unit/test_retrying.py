@@ -241,3 +241,41 @@ def test_a_deferred_task_goes_back_to_its_worker_no_sooner_than_the_floor(monkey
     assert seconds_to_event(end_from_trigger=False) >= 0.5  # (outlets: the worker ends it)
     assert seconds_to_event() < 0.4  # the trigger ends the task itself: no worker to race
     assert seconds_to_event(end_from_trigger=False, start={"job": {}}) < 0.4  # never on a worker
+
+
+def test_a_task_started_in_the_triggerer_publishes_its_links_once_its_job_exists(monkeypatch):
+    """The job's whereabouts and links are written when the job is made (the UI shows them while
+    it runs); the end then writes only the result. Under dag.test (no channel) the task
+    publishes them when it resumes."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+    from airflow.triggers.base import TaskSuccessEvent
+
+    from dlc_airflow.airflow import start as start_module
+    from dlc_airflow.airflow.event import JobEvent
+    from dlc_airflow.airflow.trigger import XCOMS, DLCJobTrigger
+    from dlc_airflow.jobref import JobRef
+
+    channel = Channel()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
+    ref = JobRef(backend="local", place="/tmp", name="j", attempt=1)
+    started = SimpleNamespace(ref=ref, runner=object(), conn_id="c", identity=SimpleNamespace(try_number=1),
+                              secrets=None, began=time.time(), xcoms={"dlc_job": {"name": "j"}, "dlc_link": "u"})
+    monkeypatch.setattr(start_module, "start_job", lambda *args: started)
+    ok = JobEvent(ref, True, {"state": "SUCCEEDED"})
+
+    trigger = DLCJobTrigger(start={"spec": {}})
+    trigger.task_instance = SimpleNamespace(dag_id="d", run_id="r", task_id="t", map_index=-1)
+    asyncio.run(trigger._begin())
+    assert [(m.key, m.value) for m in channel.sent] == [("dlc_job", {"name": "j"}), ("dlc_link", "u")]
+    channel.sent.clear()
+    assert isinstance(asyncio.run(trigger._event(ok, time.monotonic())), TaskSuccessEvent)
+    assert [m.key for m in channel.sent] == ["return_value"]
+
+    channel.sent.clear()
+    in_dag_test = DLCJobTrigger(start={"spec": {}}, end_from_trigger=False)
+    asyncio.run(in_dag_test._begin())
+    assert channel.sent == []
+    assert asyncio.run(in_dag_test._event(ok, time.monotonic())).payload[XCOMS] == started.xcoms
