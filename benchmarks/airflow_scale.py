@@ -70,13 +70,10 @@ from airflow.sdk import DAG
 {imports}
 
 PER = {per}
-BIG = {big}  # one more DAG of BIG tasks (ids after the others'): past the big-DAG guard's budget
-for d in range({n} // PER + (1 if BIG else 0)):
-  first, last = (d * PER, (d + 1) * PER) if d < {n} // PER else ({n}, {n} + BIG)
-  with DAG("scale_big" if first == {n} else f"scale_{{d}}", schedule={schedule},
-           start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), max_active_tasks=last - first,
-           default_args={{"retries": 0}}) as dag:
-    for i in range(first, last):
+for d in range({n} // PER):
+  with DAG(f"{prefix}{{d}}", schedule={schedule}, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+           max_active_tasks=PER, default_args={{"retries": 0}}) as dag:
+    for i in range({first} + d * PER, {first} + (d + 1) * PER):
 {task}
 '''
 
@@ -190,9 +187,12 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
     dags.mkdir()
     imports, task = TASKS[approach]
     per = per_dag or n
-    (dags / "scale.py").write_text(DAG.format(imports=imports, n=n, per=per, big=big,
+    (dags / "scale.py").write_text(DAG.format(imports=imports, n=n, per=per, first=0, prefix="scale_",
                                               schedule='"@once"' if per_dag else None,
                                               task=task.format(hold=HOLD, namespace=namespace)))
+    if big:  # in a file of its own, as a team's DAG would be (a worker parses the file of its task)
+        (dags / "scale_big.py").write_text(DAG.format(imports=imports, n=big, per=big, first=n, prefix="scale_big",
+                                                      schedule='"@once"', task=task.format(hold=HOLD, namespace=namespace)))
     proxy = cluster.fault_proxy()
     proxy.__enter__()
     kubeconfig = kubeconfig_for(cluster, namespace, proxy, tmp / "kubeconfig.json")
@@ -203,6 +203,8 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
         "AIRFLOW__TRIGGERER__CAPACITY": str(total + 100),
         "AIRFLOW__TRIGGERER__MAX_TRIGGER_TO_SELECT_PER_LOOP": "1000",
         "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": "1000",
+        # a worker parses its task's DAG file on a loaded machine (default 30 s)
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
         "PYTHONPATH": str(REPO),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False" if per_dag else "True",
     }
@@ -247,7 +249,7 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
                 "SELECT dag_id, start_date FROM dag_run WHERE dag_id LIKE 'scale%'")}
             tis = stack.query("SELECT dag_id, task_id, queued_dttm, start_date FROM task_instance "
                               "WHERE dag_id LIKE 'scale%'")
-            in_big = {r["task_id"] for r in tis if r["dag_id"] == "scale_big"}
+            in_big = {r["task_id"] for r in tis if r["dag_id"].startswith("scale_big")}
             dag_of = {r["task_id"]: r["dag_id"] for r in tis}
             to_deferred = {t: at - run_start[dag_of[t]] for t, at in deferred_at.items()}
             result["run_start_to_deferred_s"], big_deferred = percentiles_by(to_deferred, in_big)
@@ -265,7 +267,7 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
                 result["big_dag"] = {
                     "guard_logged": any("more tasks that would start in the triggerer" in f.read_text(errors="replace")
                                         for f in (stack.home / "logs" / "dag_processor").rglob("*.log")),
-                    "tasks_started_on_a_worker": len([r for r in tis if r["dag_id"] == "scale_big" and r["queued_dttm"]]),
+                    "tasks_started_on_a_worker": len([r for r in tis if r["task_id"] in in_big and r["queued_dttm"]]),
                     "run_start_to_deferred_s": big_deferred}
             # every pod running (held): then the steady wait
             stack._wait(lambda: len([p for p in admin.list(POD, namespace)[0]
@@ -325,6 +327,11 @@ def measure(cluster, approach: str, n: int, steady: float, wave: int, gap: float
         stop_logs()
         finishes.stop()
         proxy.__exit__(None, None, None)
+        # a run cut short leaves pods held running: kwok would never finish them, and their Job's
+        # finalizer would keep the namespace terminating
+        for pod in admin.list(POD, namespace)[0]:
+            if (pod.get("status") or {}).get("phase") == "Running" and pod["metadata"].get("finalizers"):
+                admin.patch(POD, pod["metadata"]["name"], {"metadata": {"finalizers": None}}, namespace=namespace)
         delete_namespace(admin, namespace)
         for name in nodes:
             admin.delete(NODE, name)

@@ -5,7 +5,8 @@ in it (`workloads.RunTrigger(dag_data=...)`), so what a DAG costs there grows as
 starting there) x (its tasks): one DAG of 200 such tasks took the triggerer to 1.1 GiB, one of
 1,000 to 5.5 GiB and a stall (benchmarks/README.md, "1,000 waiting tasks"). Past BUDGET, every
 task of the DAG starts on a worker and then defers (the worker path), decided when Airflow
-serializes the DAG (the scheduler acts on what it serialized) and said once per DAG.
+serializes the DAG (the scheduler acts on what it serialized) and said once per DAG. The
+admin may set another budget: `[dlc_airflow] big_dag_budget` (dlc_airflow.airflow.settings).
 
 `StartFromTrigger` is DLCJobOperator's `start_from_trigger`: it keeps what the task asked for
 and answers with the guard's decision; read on the class (as Airflow does for mapped tasks),
@@ -52,17 +53,20 @@ def starts_in_triggerer(task: object) -> bool:
     return bool(own[WANTED] if WANTED in own else getattr(task, "start_from_trigger", False))
 
 
-def over_budget(starting: int, tasks: int) -> bool:
-    """Is a DAG of `tasks` tasks, `starting` of which start in the triggerer, past BUDGET? (pure)"""
-    return starting * tasks > BUDGET
+def over_budget(starting: int, tasks: int, budget: int = BUDGET) -> bool:
+    """Is a DAG of `tasks` tasks, `starting` of which start in the triggerer, past the budget? (pure)"""
+    return starting * tasks > budget
 
 
 def too_big_to_start_in_triggerer(dag_id: str, tasks: Iterable[object]) -> bool:
     """Does this DAG (its tasks) take the worker path? Logs the decision the first time it is
     taken for the DAG in this process."""
+    from dlc_airflow.airflow.settings import big_dag_budget
+
     tasks = list(tasks)
     starting = sum(1 for task in tasks if starts_in_triggerer(task))
-    if not over_budget(starting, len(tasks)):
+    budget = big_dag_budget()
+    if not over_budget(starting, len(tasks), budget):
         return False
     with _said_lock:
         first = dag_id not in _said
@@ -71,5 +75,5 @@ def too_big_to_start_in_triggerer(dag_id: str, tasks: Iterable[object]) -> bool:
         log.warning("DAG %s has more tasks that would start in the triggerer than Airflow's triggerer holds well "
                     "(tasks starting there x tasks in the DAG > %d: it keeps the whole serialized DAG with each "
                     "such trigger): every task of it starts on a worker and then defers (start_in_triggerer=False "
-                    "says so in the DAG itself)", dag_id, BUDGET)
+                    "says so in the DAG itself; [dlc_airflow] big_dag_budget sets the limit)", dag_id, budget)
     return True

@@ -3,7 +3,9 @@
 
 - `policy`: what any DAG may ask for (dlc_airflow.airflow.policy_source);
 - `default_deferrable`: how a task that sets no `deferrable` waits (default true: in the
-  triggerer, holding no worker slot).
+  triggerer, holding no worker slot);
+- `big_dag_budget`: how big a DAG whose tasks start in the triggerer may be before they start
+  on workers instead (dlc_airflow.airflow.big_dags).
 """
 
 from __future__ import annotations
@@ -31,3 +33,24 @@ def default_deferrable() -> bool:
     if value in TRUE | FALSE:
         return value in TRUE
     raise SettingError(f"[{SECTION}] default_deferrable in Airflow's config must be true or false, not {raw!r}")
+
+
+def big_dag_budget() -> int:
+    """(tasks starting in the triggerer) x (tasks in the DAG) a DAG may reach before its tasks
+    start on workers (dlc_airflow.airflow.big_dags.BUDGET unless the admin sets it: an Airflow
+    that sends the DAG to its triggerer once can take more)."""
+    from airflow.configuration import conf
+
+    from dlc_airflow.airflow.big_dags import BUDGET
+
+    raw = conf.get(SECTION, "big_dag_budget", fallback=None)
+    if raw is None or not str(raw).strip():
+        return BUDGET
+    try:
+        value = int(str(raw).strip().replace("_", ""))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SettingError(f"[{SECTION}] big_dag_budget in Airflow's config must be a whole number of at least 1 "
+                           f"(tasks starting in the triggerer x tasks in the DAG), not {raw!r}")
+    return value

@@ -75,3 +75,22 @@ def test_mapped_tasks_never_start_in_the_triggerer():
     with DAG(f"mapped_{uuid.uuid4().hex[:6]}", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=UTC)) as dag:
         DLCJobOperator.partial(task_id="t_mapped", backend="local", deferrable=True).expand(job=[JOB, JOB])
     assert serialized_flags(dag) == {False}
+
+
+def test_the_admin_sets_the_budget(monkeypatch, caplog):
+    from dlc_airflow.airflow.settings import SettingError, big_dag_budget
+
+    option = "AIRFLOW__DLC_AIRFLOW__BIG_DAG_BUDGET"
+    assert big_dag_budget() == BUDGET
+    monkeypatch.setenv(option, "100_000")
+    assert big_dag_budget() == 100_000
+    with caplog.at_level(logging.WARNING, logger="dlc_airflow.airflow.big_dags"):
+        assert serialized_flags(dag_of(300)) == {OFFERS.start_from_trigger}  # 300 x 300 < 100,000
+        monkeypatch.setenv(option, "400")
+        dag = dag_of(21)  # 21 x 21 > 400
+        assert serialized_flags(dag) == {False}
+    assert any("big_dag_budget sets the limit" in m and "> 400" in m for m in caplog.messages if dag.dag_id in m)
+    for bad in ("0", "-5", "many", "1.5"):
+        monkeypatch.setenv(option, bad)
+        with pytest.raises(SettingError, match=r"\[dlc_airflow\] big_dag_budget .* must be a whole number"):
+            big_dag_budget()
