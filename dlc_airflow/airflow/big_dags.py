@@ -23,7 +23,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 # (tasks starting in the triggerer) x (tasks in the DAG) a DAG may reach on that path:
-# 200 x 200 ran well (1.1 GiB of triggerer), 1,000 x 1,000 stalled it
+# 200 x 200 ran well (1.1 GiB of triggerer); 400 x 400 ran but blocked the triggerer's loop
+# for seconds at a time; 600 x 600 stalled it (benchmarks/results/big_dag_threshold.json)
 BUDGET = 40_000
 
 # where a DLCJobOperator keeps the start_from_trigger it asked for
