@@ -66,7 +66,7 @@ def too_big_to_start_in_triggerer(dag_id: str, tasks: Iterable[object]) -> bool:
 
     tasks = list(tasks)
     starting = sum(1 for task in tasks if starts_in_triggerer(task))
-    budget = big_dag_budget()
+    budget = big_dag_budget(BUDGET)
     if not over_budget(starting, len(tasks), budget):
         return False
     with _said_lock:

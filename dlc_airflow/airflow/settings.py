@@ -35,17 +35,15 @@ def default_deferrable() -> bool:
     raise SettingError(f"[{SECTION}] default_deferrable in Airflow's config must be true or false, not {raw!r}")
 
 
-def big_dag_budget() -> int:
+def big_dag_budget(default: int) -> int:
     """(tasks starting in the triggerer) x (tasks in the DAG) a DAG may reach before its tasks
-    start on workers (dlc_airflow.airflow.big_dags.BUDGET unless the admin sets it: an Airflow
-    that sends the DAG to its triggerer once can take more)."""
+    start on workers: `default` (dlc_airflow.airflow.big_dags.BUDGET) unless the admin sets it
+    (an Airflow that sends the DAG to its triggerer once can take more)."""
     from airflow.configuration import conf
-
-    from dlc_airflow.airflow.big_dags import BUDGET
 
     raw = conf.get(SECTION, "big_dag_budget", fallback=None)
     if raw is None or not str(raw).strip():
-        return BUDGET
+        return default
     try:
         value = int(str(raw).strip().replace("_", ""))
     except ValueError:

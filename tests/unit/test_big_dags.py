@@ -81,9 +81,9 @@ def test_the_admin_sets_the_budget(monkeypatch, caplog):
     from dlc_airflow.airflow.settings import SettingError, big_dag_budget
 
     option = "AIRFLOW__DLC_AIRFLOW__BIG_DAG_BUDGET"
-    assert big_dag_budget() == BUDGET
+    assert big_dag_budget(BUDGET) == BUDGET
     monkeypatch.setenv(option, "100_000")
-    assert big_dag_budget() == 100_000
+    assert big_dag_budget(BUDGET) == 100_000
     with caplog.at_level(logging.WARNING, logger="dlc_airflow.airflow.big_dags"):
         assert serialized_flags(dag_of(300)) == {OFFERS.start_from_trigger}  # 300 x 300 < 100,000
         monkeypatch.setenv(option, "400")
@@ -93,4 +93,4 @@ def test_the_admin_sets_the_budget(monkeypatch, caplog):
     for bad in ("0", "-5", "many", "1.5"):
         monkeypatch.setenv(option, bad)
         with pytest.raises(SettingError, match=r"\[dlc_airflow\] big_dag_budget .* must be a whole number"):
-            big_dag_budget()
+            big_dag_budget(BUDGET)
