@@ -89,7 +89,11 @@ def test_the_admin_sets_the_budget(monkeypatch, caplog):
         monkeypatch.setenv(option, "400")
         dag = dag_of(21)  # 21 x 21 > 400
         assert serialized_flags(dag) == {False}
-    assert any("big_dag_budget sets the limit" in m and "> 400" in m for m in caplog.messages if dag.dag_id in m)
+    said = [m for m in caplog.messages if dag.dag_id in m]
+    if OFFERS.start_from_trigger:
+        assert any("big_dag_budget sets the limit" in m and "> 400" in m for m in said), said
+    else:  # Airflow 3.1 and 3.2 never start a task there: nothing to guard, nothing said
+        assert not said
     for bad in ("0", "-5", "many", "1.5"):
         monkeypatch.setenv(option, bad)
         with pytest.raises(SettingError, match=r"\[dlc_airflow\] big_dag_budget .* must be a whole number"):
