@@ -117,10 +117,11 @@ class KubeClient(Transport):
     # -- pods: logs --------------------------------------------------------------------
     def read_log(self, pod: str, namespace: str | None = None, *, container: str | None = None,
                  since_time: str | None = None, tail_lines: int | None = None,
-                 timestamps: bool = False) -> str:
+                 timestamps: bool = False, previous: bool = False) -> str:
+        """The container's log (`previous`: of its last run before a restart)."""
         query = {"container": container, "sinceTime": since_time,
                  "tailLines": str(tail_lines) if tail_lines else None,
-                 "timestamps": "true" if timestamps else None}
+                 "timestamps": "true" if timestamps else None, "previous": "true" if previous else None}
         resp = self.request("GET", POD.path(self._ns(namespace, POD), pod, "log"), query=query,
                             stream=True)
         try:

@@ -46,6 +46,14 @@ def frameworks_image() -> str:
     return ref
 
 
+def airflow_image() -> str:
+    """docker/airflow.Dockerfile: Airflow 3.3 with this provider (Airflow's components in pods)."""
+    ref = image_refs().get("DLC_AIRFLOW_IMAGE")
+    if not ref:
+        raise NodeUnavailable(f"{REFS} names no Airflow image: scripts/k8s-images airflow builds it")
+    return ref
+
+
 def check_node(admin) -> None:
     """The real node is registered and Ready (the kubelet heartbeats)."""
     from dlc_airflow.k8s.kinds import NODE

@@ -62,8 +62,12 @@ def test_dockerfiles_run_unprivileged_and_install_the_package():
     assert "download.pytorch.org/whl/cpu" in runtime and "\nUSER 1000:1000\n" in runtime
     assert "\nWORKDIR /workspace\n" in runtime
     airflow = (DOCKER / "airflow.Dockerfile").read_text()
-    assert "FROM apache/airflow:${AIRFLOW_VERSION}-python3.11" in airflow
+    # the same kind of base (the local cluster builds it on its own: scripts/k8s-images airflow),
+    # Airflow pinned by the constraints the tests passed with, the airflow user of Airflow's images
+    assert "\nARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}\n" in airflow
     assert "ARG AIRFLOW_VERSION=3.3.2" in airflow and '"/opt/dlc-airflow[${DLC_EXTRAS}]"' in airflow
+    assert "COPY constraints/constraints-py3.11.txt" in airflow and "-c /opt/dlc-airflow/constraints.txt" in airflow
+    assert "\nUSER 50000:0\n" in airflow and 'ENTRYPOINT ["/usr/local/bin/airflow-entrypoint"]' in airflow
     for name in DOCKERFILES:  # the context is the repo root: never send .venv or .git
         ignore = (DOCKER / f"{name}.dockerignore").read_text().splitlines()
         assert "*" in ignore and "!dlc_airflow/" in ignore
