@@ -1,5 +1,5 @@
-"""Faults on real processes: a rank SIGKILLed in the middle of its all_reduce loop, and
-containerd restarted under running jobs. What the tasks do is checked, and how long the
+"""Faults on real processes: a rank SIGKILLed in the middle of its all_reduce loop,
+containerd restarted under running jobs, and the kubelet stopped for a while under one. What the tasks do is checked, and how long the
 failure takes to end the job (README: a killed rank ends a job without restarts within
 seconds; gloo's own timeout, 30 minutes, never comes into it)."""
 
@@ -111,13 +111,15 @@ def test_restarting_containerd_under_running_jobs(kube, k8s_conn, dag_files, rea
     assert xcom(ti)["outputs"]["host"].startswith(xcom(ti)["job_name"])
 
 
-def test_a_stopped_kubelet_is_seen_and_the_job_goes_on_when_it_returns(kube, k8s_conn, dag_files, real_node, capfd):
-    """The kubelet stops for longer than the node controller's grace period (50 s): the node
-    goes NotReady and its pods unready, which the task log says; the containers never stopped,
-    so when the kubelet returns (well before the 300 s after which the pods would be evicted)
-    the job ends as it would have."""
-    source = ("import time, socket\nprint('started', flush=True)\n"
-              "for i in range(12):\n    time.sleep(10)\n    print('tick', i, flush=True)\n"
+
+def test_a_kubelet_outage_under_a_running_job(kube, k8s_conn, dag_files, real_node, capfd):
+    """The kubelet stops for 30 s while the job runs: the containers go on (containerd's shims
+    keep them), the log stream, cut while no kubelet serves it, resumes from where it was with
+    no line lost or repeated, and the job ends as it would have. (An outage longer than the node
+    controller's grace period would make the node NotReady: 3 min 20 s in this cluster, set by
+    kwok for its simulated nodes; not tested.)"""
+    source = ("import time\nprint('started', flush=True)\n"
+              "for i in range(12):\n    time.sleep(5)\n    print('tick', i, flush=True)\n"
               "from dlc_airflow.runtime import report_output\nreport_output('ticks', 12)\nprint('done', flush=True)\n")
     job = on_real_node(type="batch", command=["python3", "-c", source], resources={"cpu": "100m", "memory": "128Mi"})
     stopped: list[str] = []
@@ -126,19 +128,23 @@ def test_a_stopped_kubelet_is_seen_and_the_job_goes_on_when_it_returns(kube, k8s
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if any(p["status"].get("phase") == "Running" for p in kube.list(POD, labels={MANAGED_BY: "dlc-airflow"})[0]):
-                done = subprocess.run([str(K8S_NODE), "restart", "kubelet", "65"], capture_output=True, text=True,
+                time.sleep(6)  # a tick or so streamed first
+                done = subprocess.run([str(K8S_NODE), "restart", "kubelet", "30"], capture_output=True, text=True,
                                       timeout=180)
                 stopped.append(done.stderr)
                 return
             time.sleep(0.5)
     thread = threading.Thread(target=stop_kubelet, daemon=True)
     thread.start()
-    # a wait on a worker: it reads the job's events as they come (the deferred wait, at state changes)
+    # a wait on a worker, which streams the logs (the deferred wait reads them at state changes)
     dag = dag_files.operator_dag(conn_id=k8s_conn, backend="native", job=job, queue_timeout=120, deferrable=False)
     ti = dag.test().get_task_instance("train")
     thread.join(5)
     text = "".join(capfd.readouterr())
-    assert stopped, "the kubelet was never stopped"
+    assert stopped and "kubelet restarted" in stopped[0], stopped
     assert ti.state == "success", task_log(text)
-    assert "NodeNotReady" in text, task_log(text)  # the node controller's event on the job's pod
-    assert xcom(ti)["outputs"] == {"ticks": 12} and "[worker-0] done" in text, task_log(text)
+    assert xcom(ti)["outputs"] == {"ticks": 12}
+    # each line the container printed, once, in order (the log line pads the message, then names its logger)
+    lines = [line.split("[worker-0] ", 1)[1].split("  ", 1)[0].strip() for line in text.splitlines()
+             if "[worker-0] " in line and "[DAG TEST]" not in line]
+    assert lines == ["started", *(f"tick {i}" for i in range(12)), "done"], task_log(text)
