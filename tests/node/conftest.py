@@ -25,17 +25,32 @@ def real_node(cluster):
     return image
 
 
+def built_image(ref_of) -> str:
+    """An image's reference from the images' refs file; in CI a missing one fails the test."""
+    from tests.support.realnode import NodeUnavailable
+
+    try:
+        return str(ref_of())
+    except NodeUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true and {exc}", pytrace=False)
+        pytest.skip(str(exc))
+
+
 @pytest.fixture(scope="session")
 def frameworks(real_node):
     """The frameworks image (TensorFlow, XGBoost, DeepSpeed, Ray, Open MPI)."""
-    from tests.support.realnode import NodeUnavailable, frameworks_image
+    from tests.support.realnode import frameworks_image
 
-    try:
-        return frameworks_image()
-    except NodeUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"CI=true and no frameworks image: {exc}", pytrace=False)
-        pytest.skip(str(exc))
+    return built_image(frameworks_image)
+
+
+@pytest.fixture(scope="session")
+def airflow_image(real_node):
+    """docker/airflow.Dockerfile's image: Airflow with this provider, for Airflow's own pods."""
+    from tests.support.realnode import airflow_image
+
+    return built_image(airflow_image)
 
 
 # Real Airflow (a migrated metadata DB, connections as the restricted identity, DAG files):

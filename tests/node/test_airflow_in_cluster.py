@@ -21,12 +21,11 @@ import pytest
 
 from dlc_airflow.k8s.errors import KubeError
 from dlc_airflow.k8s.kinds import POD, SECRET, ResourceKind
+from tests.airflow.test_ha import postgres  # noqa: F401 - the fixture: a fresh airflow database
 from tests.airflow.test_scheduler_reliability import jobs_of, wait
-from tests.conftest import IN_CI
 from tests.support.airflow_stack import AirflowStack
-from tests.support.cluster import REPO, SA_NAME, SA_NAMESPACE
-from tests.support.postgres import PostgresMissing, fresh_database
-from tests.support.realnode import NODE_LABEL, NODE_TAINT, NodeUnavailable, airflow_image, on_real_node
+from tests.support.cluster import REPO, SA_NAME, SA_NAMESPACE, ensure_service_account
+from tests.support.realnode import NODE_LABEL, NODE_TAINT, on_real_node
 
 K8S_LOCAL = REPO / "scripts" / "k8s-local"
 DEPLOYMENT = ResourceKind("apps/v1", "Deployment", "deployments")
@@ -68,26 +67,6 @@ def job(linger: int = 0) -> dict:
                         resources={"cpu": "100m", "memory": "128Mi"})
 
 
-@pytest.fixture
-def image(real_node) -> str:
-    try:
-        return airflow_image()
-    except NodeUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"CI=true and no Airflow image: {exc}", pytrace=False)
-        pytest.skip(str(exc))
-
-
-@pytest.fixture
-def database() -> str:
-    try:
-        return fresh_database()
-    except PostgresMissing as missing:
-        if IN_CI:
-            pytest.fail(str(missing), pytrace=False)
-        pytest.skip(str(missing))
-
-
 class AirflowInCluster:
     """The host's half (api-server, dag-processor) and the pods' half (scheduler, triggerer)."""
 
@@ -106,6 +85,7 @@ class AirflowInCluster:
 
     def start(self) -> None:
         remove_airflow_pods(self.admin)
+        ensure_service_account(self.admin)  # (the identity the pods run as)
         self.stack.start()
         # the pods run as the image's airflow user (uid 50000): it writes the task logs
         for folder in (self.stack.home, self.stack.home / "logs"):
@@ -221,8 +201,8 @@ def remove_airflow_pods(admin) -> None:
 
 
 @pytest.fixture
-def airflow(admin, image, database, namespace, tmp_path):
-    deployed = AirflowInCluster(admin, image, database, namespace, tmp_path)
+def airflow(admin, airflow_image, postgres, namespace, tmp_path):  # noqa: F811 - postgres: the fixture
+    deployed = AirflowInCluster(admin, airflow_image, postgres, namespace, tmp_path)
     try:
         deployed.start()
         yield deployed

@@ -79,28 +79,34 @@ def test_a_rank_killed_mid_all_reduce_ends_the_job(kube, admin, k8s_conn, dag_fi
         time.sleep(1)
 
 
+def restart_when_running(kube, pods: int, settle: float, *restart: str) -> tuple[list[str], threading.Thread]:
+    """A thread that runs `scripts/k8s-node restart <restart...>` once `pods` of the job's pods
+    run (and `settle` seconds more); what the script said lands in the list."""
+    said: list[str] = []
+
+    def run() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            running = [p for p in kube.list(POD, labels={MANAGED_BY: "dlc-airflow"})[0]
+                       if p["status"].get("phase") == "Running"]
+            if len(running) >= pods:
+                time.sleep(settle)
+                done = subprocess.run([str(K8S_NODE), "restart", *restart], capture_output=True, text=True, timeout=180)
+                said.append(done.stderr)
+                return
+            time.sleep(0.5)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return said, thread
+
+
 def test_restarting_containerd_under_running_jobs(kube, k8s_conn, dag_files, real_node, capfd):
     source = ("import time, socket\nprint('started on', socket.gethostname(), flush=True)\ntime.sleep(25)\n"
               "from dlc_airflow.runtime import report_output\nreport_output('host', socket.gethostname())\n"
               "print('done', flush=True)\n")
     job = on_real_node(type="batch", roles={"worker": 2}, command=["python3", "-c", source],
                        resources={"cpu": "250m", "memory": "256Mi"})
-    restarted: list[str] = []
-
-    def restart_containerd():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            running = [p for p in kube.list(POD, labels={MANAGED_BY: "dlc-airflow"})[0]
-                       if p["status"].get("phase") == "Running"]
-            if len(running) == 2:
-                time.sleep(3)
-                done = subprocess.run([str(K8S_NODE), "restart", "containerd"], capture_output=True, text=True,
-                                      timeout=120)
-                restarted.append(done.stderr)
-                return
-            time.sleep(0.5)
-    thread = threading.Thread(target=restart_containerd, daemon=True)
-    thread.start()
+    restarted, thread = restart_when_running(kube, 2, 3, "containerd")
     dag = dag_files.operator_dag(conn_id=k8s_conn, backend="native", job=job, queue_timeout=120)
     ti = dag.test().get_task_instance("train")
     thread.join(5)
@@ -122,20 +128,7 @@ def test_a_kubelet_outage_under_a_running_job(kube, k8s_conn, dag_files, real_no
               "for i in range(12):\n    time.sleep(5)\n    print('tick', i, flush=True)\n"
               "from dlc_airflow.runtime import report_output\nreport_output('ticks', 12)\nprint('done', flush=True)\n")
     job = on_real_node(type="batch", command=["python3", "-c", source], resources={"cpu": "100m", "memory": "128Mi"})
-    stopped: list[str] = []
-
-    def stop_kubelet():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if any(p["status"].get("phase") == "Running" for p in kube.list(POD, labels={MANAGED_BY: "dlc-airflow"})[0]):
-                time.sleep(6)  # a tick or so streamed first
-                done = subprocess.run([str(K8S_NODE), "restart", "kubelet", "30"], capture_output=True, text=True,
-                                      timeout=180)
-                stopped.append(done.stderr)
-                return
-            time.sleep(0.5)
-    thread = threading.Thread(target=stop_kubelet, daemon=True)
-    thread.start()
+    stopped, thread = restart_when_running(kube, 1, 6, "kubelet", "30")  # (a tick or so streamed first)
     # a wait on a worker, which streams the logs (the deferred wait reads them at state changes)
     dag = dag_files.operator_dag(conn_id=k8s_conn, backend="native", job=job, queue_timeout=120, deferrable=False)
     ti = dag.test().get_task_instance("train")

@@ -12,7 +12,7 @@ from dlc_airflow.spec import MAX_ROLE_NAME
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"\A(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")  # (\Z: "$" would let a final newline in)
 
 # Airflow ids are usually tame, but run ids carry timestamps and users type anything.
 ids = st.one_of(
