@@ -222,7 +222,13 @@ def test_tasks_submit_and_wait_from_airflow_pods_with_in_cluster_config(airflow,
         # the job's container ran on the real node and said so through its termination message
         assert result["outputs"]["sum"] == 5050 and result["outputs"]["pod"].startswith(result["job_name"])
         assert result["job_name"] in names and result["attempt"] == 1
-    assert airflow.stack.task_instance(dag_id, run_id, "from_worker")["try_number"] == 1
+    # one started in the triggerer pod, never queued for a worker; the other was, and deferred
+    started_there = airflow.stack.task_instance(dag_id, run_id, "in_triggerer")
+    assert started_there["queued_dttm"] is None and started_there["try_number"] == 1, started_there
+    assert "started in the triggerer: no worker slot" in airflow.stack.task_log(dag_id, run_id, "in_triggerer")
+    submitted_there = airflow.stack.task_instance(dag_id, run_id, "from_worker")
+    assert submitted_there["queued_dttm"] is not None and submitted_there["try_number"] == 1, submitted_there
+    assert "submitted job" in airflow.stack.task_log(dag_id, run_id, "from_worker")
     # what the tasks' connection is, seen from inside both pods: the ServiceAccount's token and
     # the cluster's Service address, no kubeconfig to fall back on
     for component in COMPONENTS:
