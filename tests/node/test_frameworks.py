@@ -204,6 +204,25 @@ def test_deepspeed_zero_stage_1_over_gloo(kube, admin, k8s_conn, dag_files, fram
     assert "rank 0/2: zero stage 1" in text and "rank 1/2: zero stage 1" in text
 
 
+def test_deepspeed_from_the_hostfile_each_node_launching_its_ranks(kube, admin, k8s_conn, dag_files, frameworks, capfd):
+    """launcher: mpi on native: every worker mounts the job's hostfile and runs DeepSpeed's own
+    launcher with it and --no_ssh, which starts that node's ranks (its node rank: PET_NODE_RANK)
+    and takes the world from the hostfile; no SSH between the pods."""
+    script = create_script(admin, kube.namespace, DEEPSPEED)
+    job = framework_job(script, type="deepspeed", launcher="mpi", nproc_per_node=1, roles={"worker": 2},
+                        env={"OMP_NUM_THREADS": "1"}, resources={"cpu": "200m", "memory": "4Gi"})
+    del job["command"]
+    job["shell"] = ('deepspeed --hostfile "$DLC_HOSTFILE" --no_ssh --node_rank "$PET_NODE_RANK" '
+                    '--master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" /scripts/main.py')
+    ti = run(dag_files, k8s_conn, job, "native")
+    text = "".join(capfd.readouterr())
+    assert ti.state == "success", task_log(text)
+    assert xcom(ti)["metrics"]["zero_stage"] == 1 and xcom(ti)["metrics"]["world_size"] == 2
+    assert "rank 0/2: zero stage 1" in text and "rank 1/2: zero stage 1" in text
+    # DeepSpeed read both hosts from the hostfile (its world info names them)
+    assert "-worker-0." in text and "-worker-1." in text, task_log(text)
+
+
 # The entrypoint is a Ray driver on the head (KubeRay's submitter pod ran `ray job submit`):
 # it waits for the worker to join, runs tasks pinned to each node, and prints where they ran.
 RAY = '''
