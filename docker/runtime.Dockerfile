@@ -4,8 +4,8 @@
 #               runtime helpers (rank/shard env, atomic checkpoints, metrics, `dlc-airflow
 #               sanity-check`)
 #   frameworks  the runtime plus the other frameworks dlc-airflow wires: TensorFlow (CPU),
-#               XGBoost, DeepSpeed, Ray (with wget for KubeRay's probes), and Open MPI with
-#               mpi4py and an SSH server (an MPI launcher starts its ranks over SSH)
+#               XGBoost, DeepSpeed, Ray (with wget for KubeRay's probes), Megatron Core, and
+#               Open MPI with mpi4py and an SSH server (an MPI launcher starts its ranks over SSH)
 #
 # The local cluster builds both with buildah on a Debian 12 base made from Debian's packages
 # (scripts/k8s-images). Elsewhere, any Debian-based image with python3 and its venv module works:
@@ -80,6 +80,13 @@ RUN DS_BUILD_SHM_COMM=1 pip install --no-cache-dir --no-build-isolation "deepspe
 RUN apt-get update \
     && apt-get install -y --no-install-recommends wget=1.21.* \
     && rm -rf /var/lib/apt/lists/*
+
+# Megatron Core (its tensor- and pipeline-parallel layers; torch, numpy and packaging are all
+# it needs). Without Transformer Engine and Apex it falls back to its own kernels: on CPU its
+# tensor-parallel layers run over gloo.
+ARG MEGATRON_CORE_VERSION=0.16.1
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install "megatron-core==${MEGATRON_CORE_VERSION}"
 
 
 # The package itself, last: a code change rebuilds this one small layer of each target.

@@ -39,7 +39,7 @@ def built_image(ref_of) -> str:
 
 @pytest.fixture(scope="session")
 def frameworks(real_node):
-    """The frameworks image (TensorFlow, XGBoost, DeepSpeed, Ray, Open MPI)."""
+    """The frameworks image (TensorFlow, XGBoost, DeepSpeed, Ray, Megatron Core, Open MPI)."""
     from tests.support.realnode import frameworks_image
 
     return built_image(frameworks_image)

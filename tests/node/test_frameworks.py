@@ -2,7 +2,8 @@
 the backends named, through real Airflow (dag.test, deferred): what each job did is checked -
 a sum kept on a TensorFlow parameter server by closures the chief scheduled on its workers,
 an XGBoost model trained over two workers through the collective and loaded back, a
-DeepSpeed ZeRO stage 1 step taken by two ranks over gloo."""
+DeepSpeed ZeRO stage 1 step taken by two ranks over gloo (under torchrun, and from the job's
+hostfile), Megatron Core's tensor-parallel layers split across two pods."""
 
 from __future__ import annotations
 
@@ -221,6 +222,59 @@ def test_deepspeed_from_the_hostfile_each_node_launching_its_ranks(kube, admin, 
     assert "rank 0/2: zero stage 1" in text and "rank 1/2: zero stage 1" in text
     # DeepSpeed read both hosts from the hostfile (its world info names them)
     assert "-worker-0." in text and "-worker-1." in text, task_log(text)
+
+
+# Megatron Core on CPU: tensor parallelism of 2 across the two pods (gloo). A column-parallel
+# then a row-parallel linear layer, each pod holding half of each weight; every rank checks the
+# sharded forward against the same layers unsharded (from the gathered shards) and runs backward.
+MEGATRON = '''
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+from megatron.core.model_parallel_config import ModelParallelConfig
+from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+from dlc_airflow.runtime import log_metrics
+
+dist.init_process_group("gloo")
+parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
+config = ModelParallelConfig(tensor_model_parallel_size=2, use_cpu_initialization=True, params_dtype=torch.float32)
+torch.manual_seed(0)
+column = ColumnParallelLinear(8, 16, config=config, init_method=torch.nn.init.xavier_normal_, bias=False,
+                              gather_output=False)
+row = RowParallelLinear(16, 4, config=config, init_method=torch.nn.init.xavier_normal_, bias=False,
+                        input_is_parallel=True, skip_bias_add=True)
+torch.manual_seed(1)
+x = torch.randn(5, 2, 8)  # [sequence, batch, hidden], the same on both ranks
+hidden, _ = column(x)
+out, _ = row(torch.relu(hidden))
+out.sum().backward()
+
+def gathered(weight, dim):
+    parts = [torch.zeros_like(weight) for _ in range(2)]
+    dist.all_gather(parts, weight.detach().contiguous())
+    return torch.cat(parts, dim=dim)
+
+reference = torch.relu(x @ gathered(column.weight, 0).t()) @ gathered(row.weight, 1).t()
+error = (reference - out).abs().max().item()
+assert error < 1e-5, error
+assert column.weight.shape == (8, 8) and column.weight.grad is not None
+rank = dist.get_rank()
+print(f"rank {rank}: tensor parallel {parallel_state.get_tensor_model_parallel_world_size()}, "
+      f"shard {tuple(column.weight.shape)}, error {error:.1e}", flush=True)
+log_metrics(tensor_parallel=parallel_state.get_tensor_model_parallel_world_size(), max_error=error)
+'''
+
+
+def test_megatron_core_tensor_parallel_across_two_pods(kube, admin, k8s_conn, dag_files, frameworks, capfd):
+    script = create_script(admin, kube.namespace, MEGATRON)
+    job = framework_job(script, type="megatron", roles={"worker": 2}, env={"OMP_NUM_THREADS": "1"},
+                        resources={"cpu": "200m", "memory": "2Gi"})
+    job["command"] = ["torchrun", "/scripts/main.py"]
+    ti = run(dag_files, k8s_conn, job, "native")
+    text = "".join(capfd.readouterr())
+    assert ti.state == "success", task_log(text)
+    assert xcom(ti)["metrics"]["tensor_parallel"] == 2 and xcom(ti)["metrics"]["max_error"] < 1e-5
+    assert "rank 0: tensor parallel 2, shard (8, 8)" in text and "rank 1: tensor parallel 2, shard (8, 8)" in text
 
 
 # The entrypoint is a Ray driver on the head (KubeRay's submitter pod ran `ray job submit`):

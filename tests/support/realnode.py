@@ -39,7 +39,7 @@ def runtime_image() -> str:
 
 
 def frameworks_image() -> str:
-    """The runtime image plus TensorFlow, XGBoost, DeepSpeed, Ray and Open MPI."""
+    """The runtime image plus TensorFlow, XGBoost, DeepSpeed, Ray, Megatron Core and Open MPI."""
     ref = image_refs().get("DLC_FRAMEWORKS_IMAGE")
     if not ref:
         raise NodeUnavailable(f"{REFS} names no frameworks image: scripts/k8s-images frameworks builds it")
