@@ -71,7 +71,7 @@ class AirflowInCluster:
     """The host's half (api-server, dag-processor) and the pods' half (scheduler, triggerer)."""
 
     def __init__(self, admin, image: str, database: str, namespace: str, tmp_path: Path) -> None:
-        self.admin, self.image, self.tmp = admin, image, tmp_path
+        self.admin, self.image = admin, image
         self.dags = tmp_path / "dags"
         self.dags.mkdir()
         connection = {"conn_type": "kubernetes", "extra": {"in_cluster": True, "namespace": namespace}}
