@@ -191,16 +191,25 @@ log_metrics(step=5, loss=loss.item(), zero_stage=engine.zero_optimization_stage(
 '''
 
 
-def test_deepspeed_zero_stage_1_over_gloo(kube, admin, k8s_conn, dag_files, frameworks, capfd):
-    script = create_script(admin, kube.namespace, DEEPSPEED)
-    # DeepSpeed's import and engine take ~2 GiB per rank
-    job = framework_job(script, type="deepspeed", roles={"worker": 2}, env={"OMP_NUM_THREADS": "1"},
-                        resources={"cpu": "200m", "memory": "4Gi"})
-    job["command"] = ["torchrun", "/scripts/main.py"]
+def two_workers(kube, admin, k8s_conn, dag_files, capfd, source: str, memory: str, **spec) -> tuple[dict, str]:
+    """A job of 2 workers running `source` on native, under torchrun unless `shell` says how to
+    start it; once it succeeded, its metrics and the task log."""
+    script = create_script(admin, kube.namespace, source)
+    job = framework_job(script, roles={"worker": 2}, env={"OMP_NUM_THREADS": "1"},
+                        resources={"cpu": "200m", "memory": memory}, **spec)
+    if "shell" in spec:
+        del job["command"]
+    else:
+        job["command"] = ["torchrun", "/scripts/main.py"]
     ti = run(dag_files, k8s_conn, job, "native")
     text = "".join(capfd.readouterr())
     assert ti.state == "success", task_log(text)
-    metrics = xcom(ti)["metrics"]
+    return xcom(ti)["metrics"], text
+
+
+def test_deepspeed_zero_stage_1_over_gloo(kube, admin, k8s_conn, dag_files, frameworks, capfd):
+    # DeepSpeed's import and engine take ~2 GiB per rank
+    metrics, text = two_workers(kube, admin, k8s_conn, dag_files, capfd, DEEPSPEED, "4Gi", type="deepspeed")
     assert metrics["zero_stage"] == 1 and metrics["world_size"] == 2
     assert "rank 0/2: zero stage 1" in text and "rank 1/2: zero stage 1" in text
 
@@ -209,16 +218,11 @@ def test_deepspeed_from_the_hostfile_each_node_launching_its_ranks(kube, admin, 
     """launcher: mpi on native: every worker mounts the job's hostfile and runs DeepSpeed's own
     launcher with it and --no_ssh, which starts that node's ranks (its node rank: PET_NODE_RANK)
     and takes the world from the hostfile; no SSH between the pods."""
-    script = create_script(admin, kube.namespace, DEEPSPEED)
-    job = framework_job(script, type="deepspeed", launcher="mpi", nproc_per_node=1, roles={"worker": 2},
-                        env={"OMP_NUM_THREADS": "1"}, resources={"cpu": "200m", "memory": "4Gi"})
-    del job["command"]
-    job["shell"] = ('deepspeed --hostfile "$DLC_HOSTFILE" --no_ssh --node_rank "$PET_NODE_RANK" '
-                    '--master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" /scripts/main.py')
-    ti = run(dag_files, k8s_conn, job, "native")
-    text = "".join(capfd.readouterr())
-    assert ti.state == "success", task_log(text)
-    assert xcom(ti)["metrics"]["zero_stage"] == 1 and xcom(ti)["metrics"]["world_size"] == 2
+    shell = ('deepspeed --hostfile "$DLC_HOSTFILE" --no_ssh --node_rank "$PET_NODE_RANK" '
+             '--master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" /scripts/main.py')
+    metrics, text = two_workers(kube, admin, k8s_conn, dag_files, capfd, DEEPSPEED, "4Gi", type="deepspeed",
+                                launcher="mpi", nproc_per_node=1, shell=shell)
+    assert metrics["zero_stage"] == 1 and metrics["world_size"] == 2
     assert "rank 0/2: zero stage 1" in text and "rank 1/2: zero stage 1" in text
     # DeepSpeed read both hosts from the hostfile (its world info names them)
     assert "-worker-0." in text and "-worker-1." in text, task_log(text)
@@ -266,14 +270,8 @@ log_metrics(tensor_parallel=parallel_state.get_tensor_model_parallel_world_size(
 
 
 def test_megatron_core_tensor_parallel_across_two_pods(kube, admin, k8s_conn, dag_files, frameworks, capfd):
-    script = create_script(admin, kube.namespace, MEGATRON)
-    job = framework_job(script, type="megatron", roles={"worker": 2}, env={"OMP_NUM_THREADS": "1"},
-                        resources={"cpu": "200m", "memory": "2Gi"})
-    job["command"] = ["torchrun", "/scripts/main.py"]
-    ti = run(dag_files, k8s_conn, job, "native")
-    text = "".join(capfd.readouterr())
-    assert ti.state == "success", task_log(text)
-    assert xcom(ti)["metrics"]["tensor_parallel"] == 2 and xcom(ti)["metrics"]["max_error"] < 1e-5
+    metrics, text = two_workers(kube, admin, k8s_conn, dag_files, capfd, MEGATRON, "2Gi", type="megatron")
+    assert metrics["tensor_parallel"] == 2 and metrics["max_error"] < 1e-5
     assert "rank 0: tensor parallel 2, shard (8, 8)" in text and "rank 1: tensor parallel 2, shard (8, 8)" in text
 
 
