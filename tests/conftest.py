@@ -61,6 +61,20 @@ def controllers(cluster):
 
 
 @pytest.fixture
+def postgres():
+    """The local PostgreSQL's URL (scripts/postgres-local), with a fresh airflow database: for
+    the tests of Airflow in its production shape. In CI a server that is down fails the test."""
+    from tests.support.postgres import PostgresMissing, fresh_database
+
+    try:
+        return fresh_database()
+    except PostgresMissing as missing:
+        if IN_CI:
+            pytest.fail(str(missing), pytrace=False)
+        pytest.skip(str(missing))
+
+
+@pytest.fixture
 def namespace(cluster, admin):
     """A fresh namespace where the restricted identity holds dlc-airflow's Role."""
     from tests.support.cluster import create_test_namespace, delete_namespace

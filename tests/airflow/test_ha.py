@@ -18,7 +18,6 @@ import pytest
 from dlc_airflow.k8s.kinds import JOB, POD
 from dlc_airflow.naming import LABEL_JOB, LABEL_TASK_KEY
 from tests.support.airflow_stack import AirflowStack
-from tests.support.postgres import PostgresMissing, fresh_database
 
 REPO = Path(__file__).resolve().parents[2]
 HOLD, RELEASE = "pod-hold.stage.kwok.x-k8s.io", "pod-release.stage.kwok.x-k8s.io"
@@ -36,17 +35,6 @@ with DAG("ha", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.ut
         DLCJobOperator(task_id=f"t{{i}}", conn_id={conn!r}, backend="native", deferrable=True, job={{
             "type": "batch", "image": "registry.local/prep:1", "command": ["prep"], "labels": {{"{hold}": "true"}}}})
 '''
-
-
-@pytest.fixture
-def postgres():
-    """The local PostgreSQL's URL, with a fresh airflow database."""
-    try:
-        return fresh_database()
-    except PostgresMissing as missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(missing), pytrace=False)
-        pytest.skip(str(missing))
 
 
 def alive_triggerers(stack) -> list[int]:

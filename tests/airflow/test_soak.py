@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.postgres import PostgresMissing, fresh_database
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from soak import soak
@@ -22,13 +20,7 @@ from soak import soak
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
-def test_twenty_runs_under_random_faults(cluster, controllers):
-    try:
-        fresh_database()
-    except PostgresMissing as missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(str(missing), pytrace=False)
-        pytest.skip(str(missing))
+def test_twenty_runs_under_random_faults(cluster, controllers, postgres):  # (the soak resets the database itself)
     seed = int(os.environ.get("DLC_SOAK_SEED") or time.time()) % 100000
     report = soak(20, seed, side_by_side=10, cluster=cluster, shape="production")
     summary = {k: report[k] for k in ("seed", "shape", "runs", "tasks", "wrong_final_state", "duplicate", "orphan",

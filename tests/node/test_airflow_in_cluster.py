@@ -21,7 +21,6 @@ import pytest
 
 from dlc_airflow.k8s.errors import KubeError
 from dlc_airflow.k8s.kinds import POD, SECRET, ResourceKind
-from tests.airflow.test_ha import postgres  # noqa: F401 - the fixture: a fresh airflow database
 from tests.airflow.test_scheduler_reliability import jobs_of, wait
 from tests.support.airflow_stack import AirflowStack
 from tests.support.cluster import REPO, SA_NAME, SA_NAMESPACE, ensure_service_account
@@ -201,7 +200,7 @@ def remove_airflow_pods(admin) -> None:
 
 
 @pytest.fixture
-def airflow(admin, airflow_image, postgres, namespace, tmp_path):  # noqa: F811 - postgres: the fixture
+def airflow(admin, airflow_image, postgres, namespace, tmp_path):
     deployed = AirflowInCluster(admin, airflow_image, postgres, namespace, tmp_path)
     try:
         deployed.start()

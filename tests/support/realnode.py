@@ -31,27 +31,26 @@ def image_refs() -> dict[str, str]:
     return dict(line.split("=", 1) for line in REFS.read_text().split() if "=" in line)
 
 
-def runtime_image() -> str:
-    ref = image_refs().get("DLC_RUNTIME_IMAGE")
+def built_ref(variable: str, target: str) -> str:
+    """The reference of an image scripts/k8s-images built (`target`), from the refs file."""
+    ref = image_refs().get(variable)
     if not ref:
-        raise NodeUnavailable(f"{REFS} names no runtime image: scripts/k8s-images runtime builds it")
+        raise NodeUnavailable(f"{REFS} names no {target} image: scripts/k8s-images {target} builds it")
     return ref
+
+
+def runtime_image() -> str:
+    return built_ref("DLC_RUNTIME_IMAGE", "runtime")
 
 
 def frameworks_image() -> str:
     """The runtime image plus TensorFlow, XGBoost, DeepSpeed, Ray, Megatron Core and Open MPI."""
-    ref = image_refs().get("DLC_FRAMEWORKS_IMAGE")
-    if not ref:
-        raise NodeUnavailable(f"{REFS} names no frameworks image: scripts/k8s-images frameworks builds it")
-    return ref
+    return built_ref("DLC_FRAMEWORKS_IMAGE", "frameworks")
 
 
 def airflow_image() -> str:
     """docker/airflow.Dockerfile: Airflow 3.3 with this provider (Airflow's components in pods)."""
-    ref = image_refs().get("DLC_AIRFLOW_IMAGE")
-    if not ref:
-        raise NodeUnavailable(f"{REFS} names no Airflow image: scripts/k8s-images airflow builds it")
-    return ref
+    return built_ref("DLC_AIRFLOW_IMAGE", "airflow")
 
 
 def check_node(admin) -> None:
