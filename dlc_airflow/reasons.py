@@ -20,7 +20,7 @@ CANNOT_START = "CannotStart"  # pods can never be created (FailedCreate, image p
 PREEMPTED = "Preempted"  # Kueue evicted the job for a higher-priority or reclaiming one
 OOM_KILLED = "OOMKilled"  # a replica used more memory than resources.memory allows
 NODE_FAIL = "NodeFail"  # a node of the job failed under it (Slurm NODE_FAIL)
-FORBIDDEN = "Forbidden"  # the connection's identity may not watch the job (401/403)
+FORBIDDEN = "Forbidden"  # the connection's identity may not follow the job (401/403, a refused Slurm token)
 QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota refused the job's objects at submit
 
 # live

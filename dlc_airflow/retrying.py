@@ -5,6 +5,7 @@ dlc_airflow.airflow.retry).
     decide(reasons.OOM_KILLED, None)      -> FAIL at once: raise resources.memory
     decide(reasons.PREEMPTED, None)       -> RETRY after PREEMPTION_DELAY
     decide(reasons.NON_RETRYABLE_EXIT, _) -> FAIL at once
+    decide(reasons.FORBIDDEN, _)          -> FAIL at once, on every Airflow (FAILS_FOR_GOOD)
     decide("anything else", _)            -> DEFAULT (Airflow's retries)
 
 `next_attempt_job` is how the next try learns the memory: when the task submits its next
@@ -26,6 +27,9 @@ PREEMPTION_DELAY = 30.0
 # A namespace's ResourceQuota refused the job's objects: quota frees as other jobs end.
 QUOTA_DELAY = 300.0
 QUOTA_EXCEEDED = reasons.QUOTA_EXCEEDED
+# Reasons no try of the task can help, on Airflow versions without retry policies too: the
+# connection's credentials were refused while waiting (fix them, then clear the task: it adopts its job).
+FAILS_FOR_GOOD = frozenset({reasons.FORBIDDEN})
 
 
 class Action(str, Enum):
@@ -57,6 +61,9 @@ def decide(reason: str, oom_retry_memory: str | None) -> Decision:
                         QUOTA_DELAY)
     if reason == reasons.NON_RETRYABLE_EXIT:
         return Decision(Action.FAIL, "an exit code not in fault_tolerance.retryable_exit_codes: no retry helps")
+    if reason in FAILS_FOR_GOOD:
+        return Decision(Action.FAIL, "the connection's credentials were refused: no retry helps until they are "
+                                     "fixed (then clear the task: it adopts its job)")
     return Decision(Action.DEFAULT, reason or "no reason")
 
 

@@ -26,6 +26,7 @@ from dlc_airflow.airflow.retry import JobDidNotSucceed  # (raised by the operato
 from dlc_airflow.finish import OnFinish
 from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONObject
+from dlc_airflow.retrying import FAILS_FOR_GOOD
 from dlc_airflow.spec import DLCJob, SpecError, parse_job
 
 if TYPE_CHECKING:
@@ -324,8 +325,11 @@ class DLCJobOperator(BaseOperator):
 
         self._result = outcome.result
         if not outcome.ok:
-            raise JobDidNotSucceed(outcome.error or f"job {outcome.result.get('job_name')} did not succeed",
-                                   reason=str(outcome.result.get("reason") or ""),
+            error = outcome.error or f"job {outcome.result.get('job_name')} did not succeed"
+            reason = str(outcome.result.get("reason") or "")
+            if reason in FAILS_FOR_GOOD:  # (Airflow 3.1 and 3.2 have no retry policy to say so)
+                raise AirflowFailException(error)
+            raise JobDidNotSucceed(error, reason=reason,
                                    oom_retry_memory=(self.job.get("fault_tolerance") or {}).get("oom_retry_memory"))
         events = context.get("outlet_events")
         if events is not None:

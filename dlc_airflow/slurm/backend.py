@@ -351,6 +351,16 @@ def batch_script(job: DLCJob, name: str, jobdir: str, python: str, cpus: int | N
         f'exec >>"$jobdir/{LOGS}/{BATCH_LOG}.log" 2>&1',
         'echo "[dlc-airflow] Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
     ]
+    if not ft.restart_on_preemption:
+        # Slurm 22.05's slurmrestd (v0.0.38) ignores requeue=false: a requeued run of a job
+        # that may not restart ends at once, as preempted
+        lines += ['if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+                  '  echo "[dlc-airflow] requeued by Slurm (restart $SLURM_RESTART_COUNT), but '
+                  'fault_tolerance.restart_on_preemption is off: not running again"',
+                  f'  printf \'{{"exit_code": 1, "restarts": 0, "retryable": false, "requeued": true}}\\n\' '
+                  f'> "$jobdir/{RESULT}"',
+                  "  exit 1",
+                  "fi"]
     if job.type is JobType.slurm:
         lines += _script_step(job, jobdir, python)
     else:
@@ -538,6 +548,8 @@ def _state(record: JobRecord, folder: Folder) -> tuple[JobState, str, str]:
 
 
 def _failure_reason(result: JSONObject | None) -> str:
+    if result is not None and result.get("requeued"):  # (the batch script's refusal to run again)
+        return reasons.PREEMPTED
     if result is not None and result.get("retryable") is False:
         return reasons.NON_RETRYABLE_EXIT
     return reasons.RESTART_LIMIT_EXCEEDED

@@ -57,7 +57,7 @@ class SlurmClient:
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
         self._api: Api | None = Api.of(settings.api_version) if settings.api_version else None
-        self._token: tuple[float, str] | None = None
+        self._token: tuple[tuple[int, int, int], str] | None = None
         self.requests = 0  # every HTTP request made (the benchmark counts them)
 
     def __repr__(self) -> str:
@@ -152,12 +152,13 @@ class SlurmClient:
         """The JWT; a token file is read again when it changes (a cron job may refresh it)."""
         if self.settings.token or not self.settings.token_file:
             return self.settings.read_token()
-        try:
-            mtime = os.stat(self.settings.token_file).st_mtime
+        try:  # a rotation may rename a new file in place within the old one's mtime second
+            found = os.stat(self.settings.token_file)
+            version = (found.st_mtime_ns, found.st_ino, found.st_size)
         except OSError:
-            mtime = -1.0
-        if self._token is None or self._token[0] != mtime:
-            self._token = (mtime, self.settings.read_token())
+            version = (-1, -1, -1)
+        if self._token is None or self._token[0] != version:
+            self._token = (version, self.settings.read_token())
             mask(self._token[1])
         return self._token[1]
 

@@ -1,4 +1,4 @@
-"""One shared poller per Slurm cluster (slurmrestd URL and user) per process.
+"""One shared poller per Slurm cluster (slurmrestd URL, user and credential) per process.
 
 slurmrestd has no watch. Waiting on N jobs with one GET /job/{id} each would cost N requests
 per interval; here a follower only registers interest in a job id, and the cluster's poller
@@ -12,6 +12,10 @@ process: per waiting job-hour they fall as 1/N (benchmarks/slurm_poller.py).
 - A failed list (slurmrestd restarting, a network blip) is logged and retried with the
   interval doubled, up to MAX_BACKOFF; the first good list brings it back. Followers keep
   the last status they had meanwhile.
+- A refused token (expired, revoked) is different: no retry of the same token helps. A token
+  file gets the connection's token_grace to be rotated (the client reads it again when it
+  changes, so the list is retried at the base interval); after that, or at once for a token
+  in the connection's password, every follower is handed the SlurmError: its wait ends with it.
 - A job missing from the list (slurmctld purged it after MinJobAge) is handed over as None.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from dlc_airflow.polling import Interest, SharedPoller
@@ -27,7 +32,8 @@ from dlc_airflow.slurm.client import SlurmClient, SlurmError
 
 log = logging.getLogger(__name__)
 
-Receiver = Callable[[JobRecord | None], None]
+# a job's record; None once it is no longer listed; the SlurmError that ends every wait
+Receiver = Callable[[JobRecord | SlurmError | None], None]
 
 MAX_BACKOFF = 30.0
 
@@ -40,6 +46,7 @@ class ClusterPoller(SharedPoller[int, Interest]):
         self.interval = interval
         self.failures = 0
         self._wait = interval
+        self._refused_since: float | None = None  # the first refused list of a run of them
 
     def new_interest(self, job_id: int) -> Interest:
         return Interest()
@@ -60,15 +67,35 @@ class ClusterPoller(SharedPoller[int, Interest]):
             records = {r.job_id: r for r in self.client.jobs()}
         except SlurmError as exc:
             self.failures += 1
+            if exc.kind == "auth":
+                self._refused(exc, list(wanted))
+                return
             self._wait = min(MAX_BACKOFF, max(self._wait * 2, self.interval))
             log.warning("Slurm poller: listing jobs failed (%s); trying again in %.0fs", exc, self._wait)
             return
         self._wait = self.interval
+        self._refused_since = None
         for job_id in wanted:
             self.deliver(job_id, records.get(job_id))
 
 
-_pollers: dict[tuple[str, str], ClusterPoller] = {}
+    def _refused(self, exc: SlurmError, wanted: list[int]) -> None:
+        """The token was refused: wait for a rotated token file, else end every wait with it."""
+        now = time.monotonic()
+        if self._refused_since is None:
+            self._refused_since = now
+        self._wait = self.interval
+        settings = self.client.settings
+        left = settings.token_grace - (now - self._refused_since)
+        if settings.token_file and not settings.token and left > 0:
+            log.warning("Slurm poller: %s; waiting up to %.0fs more for %s to be rotated", exc, left,
+                        settings.token_file)
+            return
+        for job_id in wanted:
+            self.deliver(job_id, exc)
+
+
+_pollers: dict[tuple[str, str, str], ClusterPoller] = {}
 _pollers_lock = threading.Lock()
 
 

@@ -7,7 +7,7 @@
   (the newer duplicate is cancelled), so one name never has two live jobs;
 - status: GET /job/{id} plus the job folder (replica exit codes, the batch script's result);
   `follow` shares the cluster's poller (poller.py): one job list per interval for every job
-  the process waits on;
+  the process waits on; a refused token ends the wait (FAILED, reason Forbidden);
 - logs / outputs: read from the job folder under the connection's job_root (which the
   Airflow workers must see too; where they do not, waits still work, without logs);
 - stop: scancel (SIGTERM, SIGKILL after Slurm's KillWait), the record and folder stay; delete:
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dlc_airflow import jobfolder
+from dlc_airflow import jobfolder, reasons
 from dlc_airflow.airflow.keys import DEFAULT_CONN_ID as KUBERNETES_DEFAULT
 from dlc_airflow.errors import OwnershipError, SubmitError
 from dlc_airflow.jobinfo import JobInfo
@@ -45,7 +45,7 @@ from dlc_airflow.slurm.client import SlurmClient, SlurmError
 from dlc_airflow.slurm.poller import poller_for
 from dlc_airflow.slurm.settings import SlurmSettings
 from dlc_airflow.spec import DLCJob
-from dlc_airflow.status import JobStatus
+from dlc_airflow.status import JobState, JobStatus
 
 SLURM = "slurm"
 DEFAULT_CONN_ID = "slurm_default"
@@ -169,14 +169,18 @@ class SlurmRunner:
         except OSError:  # a folder this process does not see: the batch script removes it
             pass
 
-    def follow(self, ref: JobRef) -> PolledFollower[int, JobRecord]:
+    def follow(self, ref: JobRef) -> PolledFollower[int, JobRecord | SlurmError]:
         """Status changes from the cluster's shared poller: one job list per interval for every
         job this process follows."""
         def job_id() -> int | None:
             found = ref if ref.uid else self.lookup(ref.name)
             return int(found.uid) if found is not None and found.uid else None
 
-        def observe(record: JobRecord | None) -> Observed:
+        def observe(record: JobRecord | SlurmError | None) -> Observed:
+            if isinstance(record, SlurmError):  # the token is refused for good: the wait cannot go on
+                return JobStatus(state=JobState.FAILED, reason=reasons.FORBIDDEN,
+                                 message=f"{record}; job {ref.name} ({ref.uid or 'no id yet'}) may still be "
+                                         f"running: the wait cannot follow it without a valid token"), []
             return self.status_of(ref, record), []
 
         return PolledFollower(lambda: poller_for(self.rest), job_id, observe)

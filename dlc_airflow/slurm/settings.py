@@ -4,7 +4,7 @@
     host       slurmrestd URL (http://slurm-head:6820), or a host name with `port` (and extra scheme)
     login      the Slurm user jobs run as (the JWT's user)
     password   the JWT (scontrol token username=<login>); or extra token_file: a file holding it
-               (re-read when it changes: a cron job may refresh it)
+               (re-read when it changes: a cron job may refresh it before it expires)
     extra      partition, account, qos: defaults for every job (scheduling.queue / priority_class win)
                spot_partition, spot_qos: where scheduling.spot sends a job (preemptible)
                job_root: a folder every node and the Airflow workers see: job folders (logs,
@@ -14,6 +14,8 @@
                path: PATH of the batch script before that (default /usr/local/bin:/usr/bin:/bin)
                api_version: e.g. "0.0.38" or "0.0.41"; default: the newest the daemon serves
                poll_interval: seconds between two job lists of the shared poller (default 2)
+               token_grace: seconds a refused token file has to be rotated before the waits
+                   on the cluster fail (default 60; a refused password token fails them at once)
                timeout: seconds per HTTP request (default 30); verify_ssl, ca_file (https)
 
 The token never leaves this object but as the X-SLURM-USER-TOKEN header: it is not in its
@@ -23,6 +25,7 @@ repr, in error messages, in the job's environment or in anything the job writes.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import sys
@@ -39,6 +42,7 @@ from dlc_airflow.slurm.api import parse_version
 DEFAULT_JOB_ROOT = "/tmp/dlc-airflow-slurm"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_POLL = 2.0
+DEFAULT_TOKEN_GRACE = 60.0
 CONN_TYPE = "slurm"
 
 
@@ -65,14 +69,18 @@ class SlurmSettings:
     path: str = DEFAULT_PATH
     api_version: str | None = None
     poll_interval: float = DEFAULT_POLL
+    token_grace: float = DEFAULT_TOKEN_GRACE
     timeout: float = 30.0
     verify_ssl: bool = True
     ca_file: str | None = None
 
     @property
-    def cluster_key(self) -> tuple[str, str]:
-        """Jobs of one cluster seen by one user: what a shared poller lists."""
-        return (self.url, self.user)
+    def cluster_key(self) -> tuple[str, str, str]:
+        """Jobs of one cluster seen by one user with one credential: what a shared poller
+        lists. Two connections with different tokens do not share a poller: one's expired
+        token must not end (or carry) the other's waits."""
+        credential = self.token_file or "password:" + hashlib.sha256(self.token.encode()).hexdigest()
+        return (self.url, self.user, credential)
 
     def read_token(self) -> str:
         """The JWT: the password, else the token file's content (read now)."""
@@ -106,11 +114,14 @@ class SlurmSettings:
             version = parse_version(version, f"slurm connection {conn_id!r} extra api_version") if version else None
             poll = float(extra.get("poll_interval", DEFAULT_POLL))
             timeout = float(extra.get("timeout", 30.0))
+            grace = float(extra.get("token_grace", DEFAULT_TOKEN_GRACE))
         except (TypeError, ValueError) as exc:
             raise SlurmConfigError(str(exc) if "api_version" in str(exc) else
-                                   f"slurm connection {conn_id!r}: poll_interval and timeout are seconds ({exc})") from None
-        if poll <= 0 or timeout <= 0:
-            raise SlurmConfigError(f"slurm connection {conn_id!r}: poll_interval and timeout must be positive")
+                                   f"slurm connection {conn_id!r}: poll_interval, timeout and token_grace are "
+                                   f"seconds ({exc})") from None
+        if poll <= 0 or timeout <= 0 or grace < 0:
+            raise SlurmConfigError(f"slurm connection {conn_id!r}: poll_interval and timeout must be positive, "
+                                   "token_grace zero or more")
         job_root = str(extra.get("job_root") or DEFAULT_JOB_ROOT)
         if not job_root.startswith("/"):
             raise SlurmConfigError(f"slurm connection {conn_id!r}: job_root {job_root!r} must be an absolute path "
@@ -123,7 +134,7 @@ class SlurmSettings:
             qos=extra.get("qos") or None, spot_partition=extra.get("spot_partition") or None,
             spot_qos=extra.get("spot_qos") or None, job_root=job_root.rstrip("/") or "/",
             python=str(extra.get("python") or sys.executable), path=str(extra.get("path") or DEFAULT_PATH),
-            api_version=version, poll_interval=poll, timeout=timeout,
+            api_version=version, poll_interval=poll, token_grace=grace, timeout=timeout,
             verify_ssl=_bool(extra.get("verify_ssl", True)), ca_file=extra.get("ca_file") or None,
         )
 

@@ -242,7 +242,6 @@ def test_no_secret_value_in_the_jobs_state_or_its_environment_at_submit(slurm, r
     import os
     import re
     import stat
-    import subprocess
 
     from dlc_airflow.naming import TaskIdentity, job_name
     from dlc_airflow.slurm.backend import SECRETS_FILE
@@ -262,15 +261,14 @@ def test_no_secret_value_in_the_jobs_state_or_its_environment_at_submit(slurm, r
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
     wait_for(lambda: runner.status(ref).state is JobState.RUNNING, 60, "the job to run")
 
-    def slurm_cmd(*args: str) -> str:
-        return subprocess.run([str(Path(__file__).parents[2] / "scripts/slurm-local"), "run", *args],
-                              capture_output=True, text=True, timeout=60, check=True).stdout
+    def scontrol(*args: str) -> str:
+        return slurm.scontrol(*args).stdout
 
-    shown = slurm_cmd("scontrol", "show", "job", "-d", ref.uid)
-    state_dir = re.search(r"StateSaveLocation\s*=\s*(\S+)", slurm_cmd("scontrol", "show", "config")).group(1)
+    shown = scontrol("show", "job", "-d", ref.uid)
+    state_dir = re.search(r"StateSaveLocation\s*=\s*(\S+)", scontrol("show", "config")).group(1)
     saved = list(Path(state_dir).glob(f"hash.*/job.{ref.uid}/environment"))
     batch_env = b""
-    for line in slurm_cmd("scontrol", "listpids", ref.uid).splitlines()[1:]:
+    for line in scontrol("listpids", ref.uid).splitlines()[1:]:
         pid, _, step = (line.split() + ["", "", ""])[:3]
         if step == "batch" and Path(f"/proc/{pid}/environ").exists():
             batch_env += Path(f"/proc/{pid}/environ").read_bytes()

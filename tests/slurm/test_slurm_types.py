@@ -4,7 +4,6 @@ the values are derived from SLURM_* (ranks from SLURM_PROCID, hosts from the nod
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -18,7 +17,7 @@ from dlc_airflow.slurm.prelude import PORT_BASE, PORT_SPAN, replicas
 from dlc_airflow.spec import DLCJob, hostfile_spec
 from dlc_airflow.status import JobState
 from tests.slurm.support import ENV_DUMP, envs, wait_all
-from tests.support.slurm import SLURM_LOCAL, wait_for
+from tests.support.slurm import wait_for
 
 CASES = {
     "pytorch": {"type": "pytorch", "roles": {"master": 1, "worker": 2}, "nproc_per_node": 2},
@@ -172,7 +171,7 @@ def test_a_requeued_job_is_restarting_then_runs_again(runner, slurm):
         wait_for(lambda: any(s.state is JobState.RUNNING for s in seen), 60, "the job to run")
         # RUNNING comes with the allocation, before the script prints: requeue after the first run spoke.
         wait_for(lambda: main_lines(runner, ref) == ["run"], 60, "the first run's output")
-        subprocess.run([str(SLURM_LOCAL), "run", "scontrol", "requeue", ref.uid], check=True, timeout=60)
+        slurm.scontrol("requeue", ref.uid)
         wait_for(lambda: seen and seen[-1].terminal, 90, "the requeued job to finish")
     finally:
         follower.close()

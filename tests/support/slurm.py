@@ -1,8 +1,10 @@
 """Which Slurm cluster the slurm tests run against, and helpers to look at it.
 
 Order: DLC_TEST_SLURM_URL (+ DLC_TEST_SLURM_USER, DLC_TEST_SLURM_TOKEN_FILE: a user's own
-cluster) > the local Slurm of scripts/slurm-local (its `env`). Outside CI a cluster that is
-not serving skips the slurm tests with the reason; with CI=true it fails them.
+cluster) > the local Slurm of scripts/slurm-local (its `env`), of the version
+DLC_TEST_SLURM_VERSION names (22.05 by default, or 24.11). DLC_TEST_SLURM_API_VERSION pins the
+OpenAPI version the tests' connections speak (default: the newest the daemon serves). Outside
+CI a cluster that is not serving skips the slurm tests with the reason; with CI=true it fails them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ class SlurmUnavailable(Exception):
     pass
 
 
+def local_command() -> list[str]:
+    """scripts/slurm-local for the version the tests run against."""
+    version = os.environ.get("DLC_TEST_SLURM_VERSION")
+    return [str(SLURM_LOCAL), *(["--version", version] if version else [])]
+
+
+API_VERSION = os.environ.get("DLC_TEST_SLURM_API_VERSION") or None
+
+
 @dataclass
 class TestSlurm:
     url: str
@@ -38,14 +49,20 @@ class TestSlurm:
 
     def settings(self, job_root: str | Path, **changes) -> SlurmSettings:
         base = SlurmSettings(conn_id="test", url=self.url, user=self.user, token_file=self.token_file,
-                             job_root=str(job_root), poll_interval=0.5)
+                             job_root=str(job_root), poll_interval=0.5, api_version=API_VERSION)
         return dataclasses.replace(base, **changes)
 
     def connection(self, job_root: str | Path, **extra) -> str:
         """An AIRFLOW_CONN_* value (JSON) for a slurm connection to this cluster."""
+        pinned = {"api_version": API_VERSION} if API_VERSION else {}
         return json.dumps({"conn_type": "slurm", "host": self.url, "login": self.user,
                            "extra": {"token_file": self.token_file, "job_root": str(job_root),
-                                     "poll_interval": 0.5, **extra}})
+                                     "poll_interval": 0.5, **pinned, **extra}})
+
+    def scontrol(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """scontrol of the local Slurm (of its version), as an admin on the cluster would run it."""
+        return subprocess.run([*local_command(), "run", "scontrol", *args], capture_output=True, text=True,
+                              timeout=60, check=check)
 
     def client(self) -> SlurmClient:
         return SlurmClient(self.settings("/tmp"))
@@ -71,7 +88,7 @@ def acquire_slurm() -> TestSlurm:
         _ping(found)
         return found
     try:
-        done = subprocess.run([str(SLURM_LOCAL), "env"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([*local_command(), "env"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SlurmUnavailable(f"{SLURM_LOCAL} env failed: {exc}") from None
     env = dict(re.findall(r"^export (\w+)=(.*)$", done.stdout, re.M))
@@ -83,7 +100,7 @@ def acquire_slurm() -> TestSlurm:
     except SlurmUnavailable as exc:
         if "credentials" not in str(exc):
             raise
-        subprocess.run([str(SLURM_LOCAL), "token"], capture_output=True, timeout=60, check=False)  # expired: mint
+        subprocess.run([*local_command(), "token"], capture_output=True, timeout=60, check=False)  # expired: mint
         _ping(found)
     return found
 

@@ -36,6 +36,7 @@ def job(**fault_tolerance) -> DLCJob:
     (reasons.NODE_FAIL, "8Gi", Action.RETRY, PREEMPTION_DELAY),
     (QUOTA_EXCEEDED, None, Action.RETRY, QUOTA_DELAY),
     (reasons.NON_RETRYABLE_EXIT, "8Gi", Action.FAIL, None),
+    (reasons.FORBIDDEN, None, Action.FAIL, None),
     (reasons.RESTART_LIMIT_EXCEEDED, None, Action.DEFAULT, None),
     (reasons.DEADLINE_EXCEEDED, None, Action.DEFAULT, None),
     (reasons.QUEUE_TIMEOUT, None, Action.DEFAULT, None),

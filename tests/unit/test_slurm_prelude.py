@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 
 import pytest
@@ -105,7 +106,8 @@ def test_settings_url(host, port, url):
     (Conn(host="http://x", login="u", conn_type="kubernetes"), "is a 'kubernetes' connection, not slurm"),
     (Conn(host="http://x", login="u", extra_dejson={"api_version": "v0.0.36"}), "extra api_version 'v0.0.36'"),
     (Conn(host="http://x", login="u", extra_dejson={"job_root": "jobs"}), "job_root 'jobs' must be an absolute"),
-    (Conn(host="http://x", login="u", extra_dejson={"poll_interval": "soon"}), "poll_interval and timeout"),
+    (Conn(host="http://x", login="u", extra_dejson={"poll_interval": "soon"}), "poll_interval, timeout and token_grace"),
+    (Conn(host="http://x", login="u", extra_dejson={"token_grace": -1}), "token_grace zero or more"),
 ])
 def test_settings_errors_name_the_field(conn, words):
     with pytest.raises(SlurmConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -132,3 +134,29 @@ def test_token_problems_never_quote_the_token(tmp_path):
     assert SlurmSettings(conn_id="c", url="http://x", user="u", token_file=str(path)).read_token() == "abc.def.ghi"
     with pytest.raises(SlurmConfigError, match="has no JWT"):
         SlurmSettings(conn_id="c", url="http://x", user="u").read_token()
+
+
+def test_connections_with_different_credentials_do_not_share_a_poller(tmp_path):
+    def key(**fields):
+        return SlurmSettings(conn_id="c", url="http://x", user="u", **fields).cluster_key
+
+    assert key(token_file="/a") == key(token_file="/a") != key(token_file="/b")
+    assert key(token="one.two.three") == key(token="one.two.three") != key(token="one.two.four")
+    assert all("one.two" not in part for part in key(token="one.two.three"))  # a digest, not the token
+    grace = SlurmSettings.from_connection(Conn(host="http://x", login="u", extra_dejson={"token_grace": "5"}), "c")
+    assert grace.token_grace == 5.0
+
+
+def test_a_rotated_token_file_is_read_again_even_within_the_same_second(tmp_path):
+    from dlc_airflow.slurm.client import SlurmClient
+
+    path = tmp_path / "token"
+    path.write_text("a.b.c\n")
+    client = SlurmClient(SlurmSettings(conn_id="c", url="http://x", user="u", token_file=str(path)))
+    assert client._token_value() == "a.b.c"
+    mtime = path.stat().st_mtime_ns
+    fresh = tmp_path / "token.new"
+    fresh.write_text("d.e.f\n")
+    os.utime(fresh, ns=(mtime, mtime))  # the same mtime: a rename in place is seen by its inode
+    fresh.rename(path)
+    assert client._token_value() == "d.e.f"

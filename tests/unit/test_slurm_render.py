@@ -21,6 +21,7 @@ from dlc_airflow.slurm.backend import (
     Folder,
     SlurmBackend,
     Target,
+    batch_script,
     job_status,
     memory_mib,
     parse_comment,
@@ -172,6 +173,22 @@ def test_the_batch_script_is_valid_bash_with_the_restart_rule():
     assert '[ "$restarts" -lt 2 ]' in script and 'case "$code" in 1|137) true' in script
     assert "result.json" in script
     assert '[ "$restarts" -lt 0 ] && true' in render(job()).script  # no restarts by default
+
+
+def test_a_job_that_may_not_restart_refuses_its_requeued_run(tmp_path):
+    """22.05's slurmrestd ignores requeue=false: the batch script itself ends a requeued run
+    (SLURM_RESTART_COUNT > 0) of a job with restart_on_preemption off, and says why."""
+    jobdir = tmp_path / "job"
+    script = batch_script(job(fault_tolerance={"restart_on_preemption": False}), NAME, str(jobdir), "/bin/false", None)
+    done = subprocess.run(["bash", "-c", script], env={"SLURM_RESTART_COUNT": "1", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    result = json.loads((jobdir / "result.json").read_text())
+    assert result == {"exit_code": 1, "restarts": 0, "retryable": False, "requeued": True}
+    assert "restart_on_preemption is off: not running again" in (jobdir / "logs" / "batch.log").read_text()
+    status = job_status(record("FAILED", exit_code=1), Folder(visible=True, result=result))
+    assert (status.state, status.reason) == (JobState.FAILED, reasons.PREEMPTED)
+    assert "SLURM_RESTART_COUNT" not in batch_script(job(), NAME, str(jobdir), "/bin/false", None)
 
 
 def record(state: str, **kw) -> JobRecord:
