@@ -32,9 +32,11 @@ cluster:
 	scripts/k8s-local up
 
 # Install Debian's Slurm packages if missing (apt) and start a local Slurm: munge, slurmctld,
-# 4 slurmd nodes and slurmrestd (JWT) on this host (~1 s once installed).
+# 4 slurmd nodes and slurmrestd (JWT) on this host (~1 s once installed); and beside it Slurm
+# 24.11 from Debian 13's packages in a root filesystem of its own (~35 s to build it once).
 slurm:
 	scripts/slurm-local up
+	scripts/slurm-local --version 24.11 up
 
 # Debian's PostgreSQL (apt) as Airflow's metadata DB for the HA tests (2 schedulers, 2 triggerers).
 postgres:
@@ -54,9 +56,18 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# The test command: lint, then unit, local-backend, cluster and Airflow end-to-end tests.
+# The test command: lint, then unit, local-backend, cluster and Airflow end-to-end tests (the
+# slurm tests on Slurm 22.05, OpenAPI v0.0.38); then the slurm tests again on Slurm 24.11, on
+# the newest version it serves (v0.0.42), and those of every JSON shape on v0.0.40 and v0.0.41.
+# To stay inside CI's time, two files run on one version only: the tokens' expiry (slurmctld's
+# JWT check, on 24.11) and the Airflow scheduler's kill and backfill runs (on 22.05).
 test: install-demo lint cluster slurm postgres browser podman
-	$(VENV)/bin/pytest -q -ra --durations=40
+	$(VENV)/bin/pytest -q -ra --durations=40 --ignore=tests/slurm/test_slurm_tokens.py
+	DLC_TEST_SLURM_VERSION=24.11 $(VENV)/bin/pytest -q -ra --durations=10 tests/slurm \
+	  --ignore=tests/slurm/test_slurm_scheduler.py
+	for api in 0.0.40 0.0.41; do \
+	  DLC_TEST_SLURM_VERSION=24.11 DLC_TEST_SLURM_API_VERSION=$$api $(VENV)/bin/pytest -q -ra -m slurm_shapes tests/slurm || exit 1; \
+	done
 
 test-unit: install
 	$(VENV)/bin/pytest -q -ra tests/unit

@@ -11,9 +11,15 @@ On the real local Slurm (scripts/slurm-local up), side by side in one run, for N
 Requests are counted by the clients over the same window. Requests per waiting job-hour =
 requests in the window / (window x N) x 3600. Notice latency: K of the jobs are cancelled one
 by one, at irregular moments, while the shared followers wait; latency = the follower's
-terminal status minus the moment the cancel returned. Run:
+terminal status minus the moment the cancel returned.
 
-    .venv/bin/python benchmarks/slurm_poller.py [--jobs 10 100 500] [--window 20] [--interval 2]
+--remembered M: the cost of one poll for 10 followed jobs while slurmctld remembers M jobs (it
+keeps finished ones for MinJobAge): the list of every job (GET /jobs, all a poll can ask
+before v0.0.42) against the followed jobs' states (GET /jobs/state/, v0.0.42+), in bytes and
+milliseconds (median of 5). Run:
+
+    .venv/bin/python benchmarks/slurm_poller.py [--version 24.11] [--jobs 10 100 500] [--window 20] [--interval 2]
+    .venv/bin/python benchmarks/slurm_poller.py --version 24.11 --remembered 1000 --jobs
 """
 
 from __future__ import annotations
@@ -43,8 +49,9 @@ from dlc_airflow.slurm.settings import SlurmSettings  # noqa: E402
 from dlc_airflow.spec import DLCJob  # noqa: E402
 
 
-def local_settings() -> SlurmSettings:
-    done = subprocess.run([str(REPO / "scripts" / "slurm-local"), "env"], capture_output=True, text=True, check=False)
+def local_settings(version: str | None) -> SlurmSettings:
+    done = subprocess.run([str(REPO / "scripts" / "slurm-local"), *(["--version", version] if version else []), "env"],
+                          capture_output=True, text=True, check=False)
     env = dict(re.findall(r"^export (\w+)=(.*)$", done.stdout, re.M))
     if "DLC_SLURM_URL" not in env:
         sys.exit(f"no local Slurm ({done.stderr.strip()}): run scripts/slurm-local up")
@@ -138,16 +145,54 @@ def per_job(settings: SlurmSettings, jobs: list[tuple[str, int]], window: float,
             "rounds": rounds, "late": late}
 
 
+def poll_cost(settings: SlurmSettings, remembered: int, followed: int = 10, rounds: int = 5) -> dict:
+    """One poll's bytes and time for `followed` jobs while slurmctld remembers `remembered`."""
+    client = SlurmClient(settings)
+    have = len(client.jobs())
+    jobs = submit_held(settings, max(0, remembered - have), f"bench-{uuid.uuid4().hex[:6]}") if have < remembered else []
+    ids = [job_id for _, job_id in jobs[:followed]] or [r.job_id for r in client.jobs()[:followed]]
+
+    def measure(path: str, query: dict | None) -> tuple[int, float]:
+        sizes, times = [], []
+        for _ in range(rounds):
+            began = time.monotonic()
+            status, body = client._request("GET", path, query=query, what="bench")
+            times.append(time.monotonic() - began)
+            sizes.append(len(json.dumps(body)))
+            assert status == 200, (status, str(body)[:300])
+        return int(statistics.median(sizes)), statistics.median(times)
+
+    try:
+        row = {"api": client.api.version, "remembered": len(client.jobs()), "followed": len(ids)}
+        row["list_bytes"], row["list_seconds"] = measure(client.api.jobs_path, None)
+        if client.api.has_job_states:
+            row["states_bytes"], row["states_seconds"] = measure(client.api.job_states_path,
+                                                                 {"job_id": [str(i) for i in ids]})
+            row["record_bytes"], row["record_seconds"] = measure(client.api.job_path(ids[0]), None)
+        return row
+    finally:
+        for _, job_id in jobs:
+            client.cancel(job_id)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, nargs="+", default=[10, 100, 500])
+    parser.add_argument("--version", help="the local Slurm's version (scripts/slurm-local --version)")
+    parser.add_argument("--remembered", type=int, help="measure one poll's cost at this many remembered jobs")
+    parser.add_argument("--jobs", type=int, nargs="*", default=[10, 100, 500])
     parser.add_argument("--window", type=float, default=20.0)
     parser.add_argument("--interval", type=float, default=2.0, help="poll interval, s (the connection default: 2)")
     parser.add_argument("--cancel", type=int, default=10, help="jobs cancelled during the window (latency)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "slurm_poller.json"))
     args = parser.parse_args()
-    settings = replace(local_settings(), poll_interval=args.interval)
+    settings = replace(local_settings(args.version), poll_interval=args.interval)
     Path(settings.job_root).mkdir(parents=True, exist_ok=True)
+    if args.remembered:
+        cost = poll_cost(settings, args.remembered)
+        print(json.dumps(cost), flush=True)
+        Path(args.out).with_name(f"slurm_poll_cost-{cost['api']}.json").write_text(json.dumps(cost, indent=2) + "\n")
+    if not args.jobs:
+        return
     print(f"Slurm at {settings.url}, OpenAPI v{SlurmClient(settings).api.version}, interval {args.interval}s, "
           f"window {args.window}s", flush=True)
     rows = []

@@ -149,6 +149,15 @@ class Api:
     def job_path(self, job_id: int | str) -> str:
         return self.path(f"job/{job_id}")
 
+    @property
+    def has_job_states(self) -> bool:
+        """GET /jobs/state/?job_id=..: the states of the jobs named only (v0.0.42+, Slurm 24.11+)."""
+        return tuple(int(part) for part in self.version.split(".")) >= (0, 0, 42)
+
+    @property
+    def job_states_path(self) -> str:
+        return self.path("jobs/state/")
+
     # -- requests ------------------------------------------------------------------------
     def submit_body(self, request: JobRequest) -> JSONObject:
         job: JSONObject = {
@@ -235,6 +244,16 @@ class Api:
             user=_text(job.get("user_name")),
             raw_state=listed,
         )
+
+
+def job_states(body: JSONObject) -> dict[int, tuple[str, ...]]:
+    """{job id: its job_state list} from a /jobs/state/ answer (v0.0.42+)."""
+    found: dict[int, tuple[str, ...]] = {}
+    for job in body.get("jobs") or []:
+        if isinstance(job, dict) and str(job.get("job_id") or "").isdigit():
+            states = job.get("state")
+            found[int(job["job_id"])] = tuple(str(x) for x in states) if isinstance(states, list) else (str(states),)
+    return found
 
 
 def errors(body: Any) -> list[JSONObject]:

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 # failure through (-1 "Unspecified error" on reads, 5005 "Zero Bytes were transmitted or
 # received" on a submit); later versions name it.
 _AUTH_NUMBERS = {-1, 5005, 1007}
+STATES_PER_REQUEST = 100  # job ids per /jobs/state/ request (a repeated job_id query parameter)
 _AUTH_WORDS = ("Authentication failure", "Invalid authentication credential", "Protocol authentication error",
                "authentication", "Unspecified error", "Zero Bytes were transmitted")
 
@@ -114,6 +115,17 @@ class SlurmClient:
     def jobs(self) -> list[JobRecord]:
         return self.api.records(self.call("GET", self.api.jobs_path, what="list jobs"))
 
+    def job_states(self, job_ids: list[int]) -> dict[int, tuple[str, ...]]:
+        """The job_state of each job named that slurmctld knows (v0.0.42+: a few bytes a job,
+        where a list of every job it remembers costs kilobytes a job)."""
+        found: dict[int, tuple[str, ...]] = {}
+        for start in range(0, len(job_ids), STATES_PER_REQUEST):
+            chunk = job_ids[start:start + STATES_PER_REQUEST]
+            body = self.call("GET", self.api.job_states_path, query={"job_id": [str(i) for i in chunk]},
+                             what=f"job states of {len(chunk)} job(s)")
+            found.update(versions.job_states(body))
+        return found
+
     def job(self, job_id: int | str) -> JobRecord | None:
         """The job, or None when slurmctld does not know it (any more)."""
         try:
@@ -137,7 +149,7 @@ class SlurmClient:
     def set_comment(self, job_id: int | str, comment: str) -> None:
         self.call("POST", self.api.job_path(job_id), self.api.comment_body(comment), what=f"update job {job_id}")
 
-    def call(self, method: str, path: str, body: Any = None, *, query: JSONObject | None = None,
+    def call(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None,
              what: str | None = None, fail: bool = True) -> JSONObject:
         what = what or f"{method} {path}"
         status, data = self._request(method, path, body, query=query, what=what)
@@ -175,7 +187,7 @@ class SlurmClient:
                 self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.settings.timeout)
         return self._conn
 
-    def _request(self, method: str, path: str, body: Any = None, *, query: JSONObject | None = None,
+    def _request(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None,
                  what: str) -> tuple[int, Any]:
         try:
             token = self._token_value()
@@ -187,7 +199,7 @@ class SlurmClient:
         if body is not None:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        target = self._prefix + path + (f"?{urlencode(query)}" if query else "")
+        target = self._prefix + path + (f"?{urlencode(query, doseq=True)}" if query else "")
         with self._lock:
             for attempt in (1, 2):
                 self.requests += 1

@@ -20,6 +20,8 @@ from dlc_airflow.status import JobState
 from tests.slurm.support import ENV_DUMP, envs, wait_all
 from tests.support.slurm import local_command
 
+pytestmark = pytest.mark.slurm_shapes
+
 
 def gpu_job(gpus: int, gpu_type: str | None = "tesla") -> DLCJob:
     return DLCJob(image="not-used-on-slurm", type="pytorch", roles={"worker": 2}, command=[sys.executable, "-c", ENV_DUMP],

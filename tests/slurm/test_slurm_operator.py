@@ -43,6 +43,7 @@ def ours(slurm, dag_id: str) -> list:
     return [r for r in slurm.jobs() if f'"dag-id":"{dag_id}"' in r.comment]
 
 
+@pytest.mark.slurm_shapes
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
 def test_dag_runs_on_slurm_and_reports_into_xcom(dag_files, slurm, slurm_conn, job_root, deferrable, capfd):
     dag = dag_files.operator_dag(backend="slurm", conn_id=slurm_conn, job=batch_job(env={"HOLD": "2"}),
@@ -67,6 +68,7 @@ def test_dag_runs_on_slurm_and_reports_into_xcom(dag_files, slurm, slurm_conn, j
             assert token not in path.read_text(errors="replace"), path
 
 
+@pytest.mark.slurm_shapes
 def test_failure_fails_the_task_with_the_exit_code(dag_files, slurm, slurm_conn, capfd):
     failing = "import os, sys; print('about to fail', flush=True); sys.exit(3 if os.environ['SHARD_INDEX'] == '1' else 0)"
     dag = dag_files.operator_dag(backend="slurm", conn_id=slurm_conn, deferrable=False,
@@ -93,6 +95,7 @@ def test_task_timeout_cancels_the_job(dag_files, slurm, slurm_conn, capfd):
 
 
 
+@pytest.mark.slurm_shapes
 def test_queue_timeout_fails_with_slurms_pending_reason(dag_files, slurm, runner, slurm_conn, capfd):
     """A job that cannot start (its node is taken whole by another job) fails the task after
     queue_timeout with Slurm's pending reason, and is cancelled."""

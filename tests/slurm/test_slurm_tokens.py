@@ -25,7 +25,7 @@ from dlc_airflow.slurm.settings import token_claims
 
 pytestmark = pytest.mark.airflow
 
-LIFESPAN = 12  # seconds: slurmctld refuses the token after this
+LIFESPAN = 6  # seconds: slurmctld refuses the token after this
 
 
 def mint(slurm, lifespan: int) -> str:

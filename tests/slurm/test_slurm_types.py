@@ -156,6 +156,7 @@ def test_fault_tolerance_runs_the_step_again_for_a_retryable_exit_code(runner, c
         assert runner.rest.job(ref.uid).exit_code == 4
 
 
+@pytest.mark.slurm_shapes
 def test_a_requeued_job_is_restarting_then_runs_again(runner, slurm):
     """Preemption and node failures requeue a job (restart_on_preemption -> requeue): here an
     admin's `scontrol requeue`, the same transition. The wait follows it through RESTARTING."""
