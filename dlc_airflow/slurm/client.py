@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 # failure through (-1 "Unspecified error" on reads, 5005 "Zero Bytes were transmitted or
 # received" on a submit); later versions name it.
 _AUTH_NUMBERS = {-1, 5005, 1007}
-STATES_PER_REQUEST = 100  # job ids per /jobs/state/ request (a repeated job_id query parameter)
 _AUTH_WORDS = ("Authentication failure", "Invalid authentication credential", "Protocol authentication error",
                "authentication", "Unspecified error", "Zero Bytes were transmitted")
+STATES_PER_REQUEST = 100  # job ids per /jobs/state/ request (a repeated job_id query parameter)
 
 
 class SlurmError(Exception):

@@ -11,8 +11,8 @@ they fall as 1/N (benchmarks/slurm_poller.py). What one poll asks:
 - v0.0.42+ (Slurm 24.11+): GET /jobs/state/ for the followed jobs only (their id and state),
   then GET /job/{id} for each one whose state changed (or that pends: at every poll until
   slurmctld gives its pending reason, then every PENDING_REFRESH seconds, since the reason
-  changes without the state). When more than FULL_LIST_OVER
-  records are wanted at once (a triggerer taking over many waits), one GET /jobs instead.
+  changes without the state). When more than FULL_LIST_OVER records are wanted at once (a
+  triggerer taking over many waits), one GET /jobs instead.
 
 - The subscription and the loop are dlc_airflow.polling's (shared with the DLC poller): a
   finished job is noticed within one interval (default 2 s, the connection's extra

@@ -56,6 +56,7 @@ SKIPPED = {
     "export AIRFLOW_CONN_": "sets a connection for the shell that runs Airflow",
     "export AIRFLOW__DLC_AIRFLOW__": "sets the admin's policy for the shell that runs Airflow",
     ".venv/bin/pytest": "runs other test suites",
+    "DLC_TEST_SLURM_VERSION=24.11": "runs the slurm tests on the local Slurm 24.11",
     "sinfo": "a Slurm client command: needs a Slurm cluster",
     "squeue": "a Slurm client command: needs a Slurm cluster",
     "dlc-airflow jobs": "acts on jobs that exist (tests/local, tests/cluster run it)",
