@@ -80,18 +80,24 @@ def connection(slurm, job_root, monkeypatch) -> str:
     return conn_id
 
 
-def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(
-        dag_files, slurm, runner, job_root, monkeypatch, tmp_path, capfd):
-    checkpoint = tmp_path / "checkpoint"
-    dag = dag_files.operator_dag(backend="slurm", conn_id=connection(slurm, job_root, monkeypatch),
-                                 deferrable=True, job=spot_job(checkpoint))
+def run_while_preempting(dag, runner, checkpoint: Path, capfd):
+    """dag.test() of the spot job's DAG while the preempting job is submitted beside it:
+    (the task instance, the task's log, [the preempting job's ref])."""
     submitted: list = []
     errors: list = []
     preempter = preempt_when_checkpointed(runner, checkpoint, submitted, errors)
     ti = dag.test().get_task_instance("train")
     preempter.join(30)
-    text = "".join(capfd.readouterr())
     assert not errors, errors
+    return ti, "".join(capfd.readouterr()), submitted
+
+
+def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(
+        dag_files, slurm, runner, job_root, monkeypatch, tmp_path, capfd):
+    checkpoint = tmp_path / "checkpoint"
+    dag = dag_files.operator_dag(backend="slurm", conn_id=connection(slurm, job_root, monkeypatch),
+                                 deferrable=True, job=spot_job(checkpoint))
+    ti, text, submitted = run_while_preempting(dag, runner, checkpoint, capfd)
     assert ti.state == "success", text[-3000:]
     result = xcom(ti)
     assert result["restarts"] == 1 and result["namespace"] == "spot", json.dumps(result)[:2000]
@@ -111,13 +117,7 @@ def test_a_preempted_job_that_may_not_restart_fails_the_task_as_preempted(
     checkpoint = tmp_path / "checkpoint"
     dag = dag_files.operator_dag(backend="slurm", conn_id=connection(slurm, job_root, monkeypatch),
                                  deferrable=False, job=spot_job(checkpoint, restart_on_preemption=False))
-    submitted: list = []
-    errors: list = []
-    preempter = preempt_when_checkpointed(runner, checkpoint, submitted, errors)
-    ti = dag.test().get_task_instance("train")
-    preempter.join(30)
-    text = "".join(capfd.readouterr())
-    assert not errors, errors
+    ti, text, _ = run_while_preempting(dag, runner, checkpoint, capfd)
     assert ti.state == "failed", text[-3000:]
     assert "FAILED (Preempted)" in text and "restart_on_preemption" in text, text[-3000:]
     (spot,) = [r for r in slurm.jobs() if f'"dag-id":"{dag.dag_id}"' in r.comment]
