@@ -56,25 +56,19 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# The test command: lint, then unit, local-backend, cluster and Airflow end-to-end tests (the
-# slurm tests on Slurm 22.05, OpenAPI v0.0.38); then the slurm tests again on Slurm 24.11, on
-# the newest version it serves (v0.0.42), and those of every JSON shape on v0.0.40 and v0.0.41.
-# To stay inside CI's time, two files run on one version only: the tokens' expiry (slurmctld's
-# JWT check, on 24.11) and the Airflow scheduler's kill and backfill runs (on 22.05).
+# The test command: lint, then the tests in two lanes at once (scripts/test-lanes): the main lane
+# runs unit, local-backend, cluster, node and Airflow end-to-end tests; beside it the slurm lane
+# runs tests/slurm on Slurm 22.05 and 24.11 (and each JSON shape's subset on v0.0.40 and v0.0.41),
+# then the older Airflows (test-compat).
 test: install-demo lint cluster slurm postgres browser podman
-	$(VENV)/bin/pytest -q -ra --durations=40 --ignore=tests/slurm/test_slurm_tokens.py
-	DLC_TEST_SLURM_VERSION=24.11 $(VENV)/bin/pytest -q -ra --durations=10 tests/slurm \
-	  --ignore=tests/slurm/test_slurm_scheduler.py
-	for api in 0.0.40 0.0.41; do \
-	  DLC_TEST_SLURM_VERSION=24.11 DLC_TEST_SLURM_API_VERSION=$$api $(VENV)/bin/pytest -q -ra -m slurm_shapes tests/slurm || exit 1; \
-	done
+	PYTHON=$(PYTHON) VENV=$(VENV) scripts/test-lanes
 
 test-unit: install
 	$(VENV)/bin/pytest -q -ra tests/unit
 
 # The older Airflows supported beside 3.3 (3.1.8, 3.2.2): a venv each with its constraints, cached
 # in ~/.cache/dlc-airflow/compat, then the unit suite and a lean end-to-end subset in each
-# (scripts/test-compat says which; the README says what it costs). `.ci/run` runs it after `make test`.
+# (scripts/test-compat says which; the README says what it costs). `make test` runs it in its slurm lane.
 test-compat:
 	PYTHON=$(PYTHON) scripts/test-compat
 

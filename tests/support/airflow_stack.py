@@ -98,6 +98,10 @@ class AirflowStack:
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
             "AIRFLOW__API__PORT": str(self.port),
+            # the log servers of its own: a stack beside another (make test's two lanes) would
+            # find 8793 / 8794 taken, and its api-server would ask the other stack for logs
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API_AUTH__JWT_SECRET": "dlc-airflow-test-jwt-secret",
