@@ -145,8 +145,10 @@ class SlurmBackend:
                 raise _refuse(f"roles.{role}.image: Slurm runs every replica on the nodes' own software; "
                               "an image per role cannot be honoured: remove it")
             if spec.resources is not None and spec.resources != job.resources:
+                # per-role resources would be a heterogeneous job: not submitted (README: roles that differ)
                 raise _refuse(f"roles.{role}.resources: every Slurm node of the job gets the same resources "
-                              "(one allocation): set them on the job's resources instead")
+                              "(one allocation; heterogeneous jobs are not used): set them on the job's "
+                              "resources instead, or run the roles as separate tasks")
         for role in job.roles:
             res = job.role_resources(role)
             if res.rdma:

@@ -1,9 +1,10 @@
-"""Preemption for real on the local Slurm (scripts/slurm-local: PreemptType=partition_prio,
-PreemptMode=REQUEUE; the `spot` partition is below `debug`).
+"""Preemption for real on the local Slurm (scripts/slurm-local, PreemptMode=REQUEUE): by
+partition on 22.05 (preempt/partition_prio: the `spot` partition is below `debug`), by QOS on
+24.11 (preempt/qos, the QOS in slurmdbd: `urgent` preempts `spot`).
 
-A task's job runs on spot (scheduling.spot='require', the connection's spot_partition) and
-saves a checkpoint every half second. A job of the debug partition then needs the node's
-room: slurmctld preempts the spot job.
+A task's job runs on spot (scheduling.spot='require': the connection's spot_partition, or its
+spot_qos) and saves a checkpoint every half second. A job of the debug partition (or of the
+urgent QOS, scheduling.priority_class) then needs the node's room: slurmctld preempts the spot job.
 - restart_on_preemption (the default): Slurm requeues it; the task reports the restart, the
   job runs again from its checkpoint, and the task succeeds;
 - restart_on_preemption=False: the job may not be requeued, so Slurm cancels it (PREEMPTED)
@@ -14,6 +15,7 @@ room: slurmctld preempts the spot job.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 import threading
@@ -51,9 +53,10 @@ def spot_job(checkpoint: Path, **fault_tolerance) -> dict:
             "fault_tolerance": fault_tolerance}
 
 
-def preempt_when_checkpointed(runner, checkpoint: Path, submitted: list, errors: list) -> threading.Thread:
-    """Once the spot job has saved a few steps, a debug job that needs all but one CPU of its
-    node: only the spot job's room makes it fit."""
+def preempt_when_checkpointed(runner, by_qos: bool, checkpoint: Path, submitted: list,
+                              errors: list) -> threading.Thread:
+    """Once the spot job has saved a few steps, a debug job (of the urgent QOS, `by_qos`) that
+    needs all but one CPU of its node: only the spot job's room makes it fit."""
     from dlc_airflow.naming import TaskIdentity, job_name
     from dlc_airflow.spec import DLCJob
 
@@ -61,8 +64,9 @@ def preempt_when_checkpointed(runner, checkpoint: Path, submitted: list, errors:
         try:
             wait_for(lambda: checkpoint.exists() and int(checkpoint.read_text() or 0) >= 4, 120,
                      "the spot job's first checkpoints")
+            scheduling = {"include_nodes": [NODE], **({"priority_class": "urgent"} if by_qos else {})}
             urgent = DLCJob(type="custom", image="unused", roles={"main": 1}, shell="echo urgent; sleep 3",
-                            resources={"cpu": str(NODE_CPUS - 1)}, scheduling={"include_nodes": [NODE]})
+                            resources={"cpu": str(NODE_CPUS - 1)}, scheduling=scheduling)
             identity = TaskIdentity("slurm_preemption", "urgent", f"run-{uuid.uuid4().hex[:6]}")
             ref, _ = runner.submit(urgent, job_name("urgent", identity, 1), identity, 1)
             submitted.append(ref)
@@ -75,17 +79,19 @@ def preempt_when_checkpointed(runner, checkpoint: Path, submitted: list, errors:
 
 
 def connection(slurm, job_root, monkeypatch) -> str:
+    """A connection whose spot jobs go where this cluster preempts them."""
     conn_id = f"slurm_spot_{uuid.uuid4().hex[:6]}"
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", slurm.connection(job_root, spot_partition="spot"))
+    spot = {"spot_qos": "spot"} if slurm.preempt_by == "qos" else {"spot_partition": "spot"}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", slurm.connection(job_root, **spot))
     return conn_id
 
 
-def run_while_preempting(dag, runner, checkpoint: Path, capfd):
+def run_while_preempting(dag, runner, slurm, checkpoint: Path, capfd):
     """dag.test() of the spot job's DAG while the preempting job is submitted beside it:
     (the task instance, the task's log, [the preempting job's ref])."""
     submitted: list = []
     errors: list = []
-    preempter = preempt_when_checkpointed(runner, checkpoint, submitted, errors)
+    preempter = preempt_when_checkpointed(runner, slurm.preempt_by == "qos", checkpoint, submitted, errors)
     ti = dag.test().get_task_instance("train")
     preempter.join(30)
     assert not errors, errors
@@ -97,10 +103,11 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(
     checkpoint = tmp_path / "checkpoint"
     dag = dag_files.operator_dag(backend="slurm", conn_id=connection(slurm, job_root, monkeypatch),
                                  deferrable=True, job=spot_job(checkpoint))
-    ti, text, submitted = run_while_preempting(dag, runner, checkpoint, capfd)
+    ti, text, submitted = run_while_preempting(dag, runner, slurm, checkpoint, capfd)
     assert ti.state == "success", text[-3000:]
     result = xcom(ti)
-    assert result["restarts"] == 1 and result["namespace"] == "spot", json.dumps(result)[:2000]
+    spot_partition = "debug" if slurm.preempt_by == "qos" else "spot"  # (by QOS: the default partition)
+    assert result["restarts"] == 1 and result["namespace"] == spot_partition, json.dumps(result)[:2000]
     resumed_from = result["outputs"]["resumed_from"]
     assert 4 <= resumed_from < 30  # the second run began where the first one's checkpoint was
     assert "requeued by Slurm (restart 1)" in text, text[-3000:]
@@ -109,7 +116,10 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(
     record = runner.rest.job(urgent.uid)
     assert record.state == "COMPLETED" and record.partition == "debug"
     spot = runner.rest.job(result["uid"])
-    assert spot.restarts == 1 and spot.state == "COMPLETED" and spot.partition == "spot"
+    assert spot.restarts == 1 and spot.state == "COMPLETED" and spot.partition == spot_partition
+    if slurm.preempt_by == "qos":  # each job ran in the QOS it was given
+        assert re.search(r"\bQOS=spot\s", slurm.scontrol("show", "job", result["uid"]).stdout)
+        assert re.search(r"\bQOS=urgent\s", slurm.scontrol("show", "job", urgent.uid).stdout)
 
 
 def test_a_preempted_job_that_may_not_restart_fails_the_task_as_preempted(
@@ -117,7 +127,7 @@ def test_a_preempted_job_that_may_not_restart_fails_the_task_as_preempted(
     checkpoint = tmp_path / "checkpoint"
     dag = dag_files.operator_dag(backend="slurm", conn_id=connection(slurm, job_root, monkeypatch),
                                  deferrable=False, job=spot_job(checkpoint, restart_on_preemption=False))
-    ti, text, _ = run_while_preempting(dag, runner, checkpoint, capfd)
+    ti, text, _ = run_while_preempting(dag, runner, slurm, checkpoint, capfd)
     assert ti.state == "failed", text[-3000:]
     assert "FAILED (Preempted)" in text and "restart_on_preemption" in text, text[-3000:]
     (spot,) = [r for r in slurm.jobs() if f'"dag-id":"{dag.dag_id}"' in r.comment]

@@ -211,6 +211,23 @@ def test_submit_or_adopt_reuses_a_success_and_retries_a_failure(runner, job_root
     assert reused.action is Action.REUSED and reused.ref.uid == second.ref.uid
     assert [r.attempt for r in runner.find(task(4), flaky)] == [1, 2]
 
+@pytest.mark.parametrize("role", [{"resources": {"gpu": 1}}, {"image": "registry.example.com/other:1"}],
+                         ids=["resources", "image"])
+def test_roles_that_differ_are_refused_before_anything_reaches_slurm(runner, slurm, job_root, role):
+    """No heterogeneous jobs (README: roles that differ): a role of its own resources or image
+    is one line naming the field, and slurmctld never hears of the job."""
+    from dlc_airflow.errors import SubmitError
+
+    job = DLCJob(type="pytorch", image="not-used-on-slurm", command=[sys.executable, "-c", "pass"],
+                 roles={"master": 1, "worker": {"replicas": 2, **role}})
+    identity = TaskIdentity("slurm_types", "hetero", f"run-{uuid.uuid4().hex[:6]}")
+    name = job_name("hetero", identity, 1)
+    field = "resources" if "resources" in role else "image"
+    with pytest.raises(SubmitError, match=rf"^slurm backend: roles\.worker\.{field}: [^\n]+$"):
+        runner.submit(job, name, identity, 1)
+    assert slurm.jobs(name=name) == [] and not (Path(job_root) / name).exists()
+
+
 # Last in the slurm tests on purpose: the job was submitted when the session's first slurm
 # test started (conftest.deadline_probe), so Slurm's 60-90 s to a TIMEOUT overlapped the rest.
 def test_time_limit_fails_with_deadline_exceeded(deadline_probe, slurm):

@@ -46,6 +46,9 @@ class TestSlurm:
     user: str
     token_file: str
     source: str
+    # how the cluster preempts: "partition" (the spot partition is below debug) or "qos" (the
+    # urgent QOS preempts the spot QOS: slurmdbd keeps them)
+    preempt_by: str = "partition"
 
     def settings(self, job_root: str | Path, **changes) -> SlurmSettings:
         base = SlurmSettings(conn_id="test", url=self.url, user=self.user, token_file=self.token_file,
@@ -84,7 +87,8 @@ class TestSlurm:
 def acquire_slurm() -> TestSlurm:
     if os.environ.get("DLC_TEST_SLURM_URL"):
         found = TestSlurm(os.environ["DLC_TEST_SLURM_URL"], os.environ.get("DLC_TEST_SLURM_USER", "root"),
-                          os.environ.get("DLC_TEST_SLURM_TOKEN_FILE", ""), "DLC_TEST_SLURM_URL")
+                          os.environ.get("DLC_TEST_SLURM_TOKEN_FILE", ""), "DLC_TEST_SLURM_URL",
+                          os.environ.get("DLC_TEST_SLURM_PREEMPT_BY", "partition"))
         _ping(found)
         return found
     try:
@@ -94,7 +98,8 @@ def acquire_slurm() -> TestSlurm:
     env = dict(re.findall(r"^export (\w+)=(.*)$", done.stdout, re.M))
     if done.returncode != 0 or "DLC_SLURM_URL" not in env:
         raise SlurmUnavailable(f"the local Slurm is not set up ({done.stderr.strip()}): run scripts/slurm-local up")
-    found = TestSlurm(env["DLC_SLURM_URL"], env["DLC_SLURM_USER"], env["DLC_SLURM_TOKEN_FILE"], "scripts/slurm-local")
+    found = TestSlurm(env["DLC_SLURM_URL"], env["DLC_SLURM_USER"], env["DLC_SLURM_TOKEN_FILE"], "scripts/slurm-local",
+                      env.get("DLC_SLURM_PREEMPT_BY", "partition"))
     try:
         _ping(found)
     except SlurmUnavailable as exc:
