@@ -1,10 +1,11 @@
-"""Preemption for real on the local Slurm (scripts/slurm-local, PreemptMode=REQUEUE): by
-partition on 22.05 (preempt/partition_prio: the `spot` partition is below `debug`), by QOS on
-24.11 (preempt/qos, the QOS in slurmdbd: `urgent` preempts `spot`).
+"""Preemption for real on the local Slurm (scripts/slurm-local, PreemptMode=REQUEUE): by QOS on
+22.05 (preempt/qos, the QOS in its slurmdbd: `urgent` preempts `spot`), by partition on 24.11
+(preempt/partition_prio: the `spot` partition is below `debug`).
 
-A task's job runs on spot (scheduling.spot='require': the connection's spot_partition, or its
-spot_qos) and saves a checkpoint every half second. A job of the debug partition (or of the
-urgent QOS, scheduling.priority_class) then needs the node's room: slurmctld preempts the spot job.
+A task's job runs on spot (scheduling.spot='require': the connection's spot_qos, or its
+spot_partition) and saves a checkpoint every half second. A job of the urgent QOS
+(scheduling.priority_class), or of the debug partition, then needs the node's room: slurmctld
+preempts the spot job.
 - restart_on_preemption (the default): Slurm requeues it; the task reports the restart, the
   job runs again from its checkpoint, and the task succeeds;
 - restart_on_preemption=False: the job may not be requeued, so Slurm cancels it (PREEMPTED)
