@@ -103,7 +103,6 @@ class ClusterPoller(SharedPoller[int, Interest]):
         for job_id in wanted:
             self.deliver(job_id, records.get(job_id))
 
-
     def _records(self, wanted: list[int]) -> dict[int, JobRecord]:
         """The followed jobs' records (a job slurmctld does not know is missing)."""
         if not self.client.api.has_job_states:

@@ -6,7 +6,6 @@ hold is refused at submit with what to check, and nothing is left behind."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -18,7 +17,6 @@ from dlc_airflow.naming import TaskIdentity, job_name
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from tests.slurm.support import ENV_DUMP, envs, wait_all
-from tests.support.slurm import local_command
 
 pytestmark = pytest.mark.slurm_shapes
 
@@ -33,7 +31,7 @@ def identity() -> TaskIdentity:
 
 
 @pytest.mark.parametrize("gpus, gpu_type, visible", [(1, "tesla", "0"), (2, "tesla", "0,1"), (2, None, "0,1")])
-def test_each_replica_gets_the_gpus_it_asked_for(runner, job_root, gpus, gpu_type, visible):
+def test_each_replica_gets_the_gpus_it_asked_for(runner, slurm, job_root, gpus, gpu_type, visible):
     name = job_name("gpus", identity(), 1)
     ref, created = runner.submit(gpu_job(gpus, gpu_type), name, identity(), 1)
     assert created
@@ -49,14 +47,9 @@ def test_each_replica_gets_the_gpus_it_asked_for(runner, job_root, gpus, gpu_typ
         nodes.add(env["SLURMD_NODENAME"])
     assert len(nodes) == 2  # a node each
     # slurmctld's record of the job: the GPUs per node, with their type when one was asked for
-    shown = scontrol("show", "job", ref.uid)
+    shown = slurm.scontrol("show", "job", ref.uid).stdout
     # (22.05 shows gres:gpu, 24.11 gres/gpu)
     assert re.search(rf"TresPerNode=gres[:/]gpu:{gpu_type + ':' if gpu_type else ''}{gpus}\n", shown), shown
-
-
-def scontrol(*args: str) -> str:
-    return subprocess.run([*local_command(), "run", "scontrol", *args], capture_output=True, text=True, timeout=60,
-                          check=True).stdout
 
 
 def test_more_gpus_than_a_node_has_is_refused_at_submit(runner, job_root):
