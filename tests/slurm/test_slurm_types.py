@@ -179,7 +179,9 @@ def test_a_requeued_job_is_restarting_then_runs_again(runner, slurm):
     states = [s.state for s in seen]
     assert JobState.RESTARTING in states and states[-1] is JobState.SUCCEEDED, [s.summary() for s in seen]
     assert seen[-1].restarts == 1
-    assert main_lines(runner, ref) == ["run", "run"]
+    # The first run's shell may report its killed `sleep` ("Terminated"), depending on which
+    # process Slurm's SIGTERM reaches first; the runs themselves are what the test checks.
+    assert [line for line in main_lines(runner, ref) if line != "Terminated"] == ["run", "run"]
 
 
 def main_lines(runner, ref):
