@@ -53,6 +53,11 @@ def airflow_image() -> str:
     return built_ref("DLC_AIRFLOW_IMAGE", "airflow")
 
 
+def postgres_image() -> str:
+    """docker/postgres.Dockerfile: PostgreSQL from Debian's packages (the compose stack's database)."""
+    return built_ref("DLC_POSTGRES_IMAGE", "postgres")
+
+
 def check_node(admin) -> None:
     """The real node is registered and Ready (the kubelet heartbeats)."""
     from dlc_airflow.k8s.kinds import NODE

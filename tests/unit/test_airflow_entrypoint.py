@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -41,8 +42,22 @@ def test_it_sets_the_admins_password_without_showing_it(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == airflow.__version__
 
 
-def test_a_failing_migration_stops_it_before_the_command(tmp_path):
-    done = run(tmp_path, "version", _AIRFLOW_DB_MIGRATE="true",
+def test_a_database_that_never_answers_stops_it_before_the_migration_and_the_command(tmp_path):
+    done = run(tmp_path, "version", _AIRFLOW_DB_MIGRATE="true", CONNECTION_CHECK_MAX_COUNT="2",
+               CONNECTION_CHECK_SLEEP_TIME="0",
                AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path}/missing/dir/airflow.db")
     assert done.returncode != 0
+    assert "waiting for the metadata database (1)" in done.stdout
+    assert "did not answer after 2 tries; check [database] sql_alchemy_conn" in done.stderr
     assert airflow.__version__ not in done.stdout.strip().splitlines()[-1:]
+
+
+def test_it_migrates_a_database_that_answers(tmp_path):
+    database = tmp_path / "airflow.db"
+    done = run(tmp_path, "version", _AIRFLOW_DB_MIGRATE="true",
+               AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{database}")
+    assert done.returncode == 0, done.stderr
+    assert "waiting for the metadata database" not in done.stdout
+    with sqlite3.connect(database) as db:  # migrated: Airflow's schema records its revision
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone()
+    assert done.stdout.strip().splitlines()[-1] == airflow.__version__
