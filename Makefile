@@ -57,9 +57,9 @@ lint: install
 	$(VENV)/bin/mypy
 
 # The test command: lint, then the tests in two lanes at once (scripts/test-lanes): the main lane
-# runs unit, cluster, node and Airflow end-to-end tests; beside it the slurm lane runs tests/slurm
-# on Slurm 22.05 and 24.11 (and each JSON shape's subset on v0.0.40 and v0.0.41), the tests that
-# need no cluster (the local and pai backends'), then the older Airflows (test-compat).
+# runs cluster, node and Airflow end-to-end tests; beside it the slurm lane runs tests/slurm on
+# Slurm 22.05 and 24.11 (and each JSON shape's subset on v0.0.40 and v0.0.41), the tests that
+# need no cluster (unit, the local and pai backends'), then the older Airflows (test-compat).
 test: install-demo lint cluster slurm postgres browser podman
 	PYTHON=$(PYTHON) VENV=$(VENV) scripts/test-lanes
 
