@@ -40,7 +40,7 @@ from dlc_airflow.operators import DLCJobOperator
 
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
     for task_id, kwargs in json.loads({tasks!r}).items():
-        DLCJobOperator(task_id=task_id, conn_id="dlc", backend="native", deferrable=True, **kwargs)
+        DLCJobOperator(task_id=task_id, backend="native", deferrable=True, **kwargs)
 '''
 
 # what the job's container reports: where it ran and a value it computed
@@ -158,6 +158,7 @@ class AirflowInCluster:
     def add_dag(self, tasks: dict[str, dict]) -> str:
         dag_id = f"incluster_{uuid.uuid4().hex[:6]}"
         path = self.dags / f"{dag_id}.py"
+        tasks = {task_id: {"conn_id": "dlc", **kwargs} for task_id, kwargs in tasks.items()}
         path.write_text(DAG.format(dag_id=dag_id, tasks=json.dumps(tasks)))
         path.chmod(0o644)
         self.stack.wait_for_dag(dag_id)

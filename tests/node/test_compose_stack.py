@@ -173,7 +173,7 @@ def stack(compose_images, cluster, namespace, tmp_path):
 def test_the_compose_stack_runs_a_dag_on_the_local_cluster(stack, kube):
     dag_id = f"compose_{uuid.uuid4().hex[:6]}"
     (stack.dags / f"{dag_id}.py").write_text(
-        DAG.format(dag_id=dag_id, tasks=json.dumps({"train": {"job": job()}})).replace('conn_id="dlc", ', ""))
+        DAG.format(dag_id=dag_id, tasks=json.dumps({"train": {"job": job()}})))  # (the default connection)
     (stack.dags / f"{dag_id}.py").chmod(0o644)
     # the dag-processor lists the folder when it starts (and every 5 minutes after)
     stack.up()

@@ -213,6 +213,7 @@ def test_submit_or_adopt_reuses_a_success_and_retries_a_failure(runner, job_root
     assert reused.action is Action.REUSED and reused.ref.uid == second.ref.uid
     assert [r.attempt for r in runner.find(task(4), flaky)] == [1, 2]
 
+
 @pytest.mark.parametrize("role", [{"resources": {"gpu": 1}}, {"image": "registry.example.com/other:1"}],
                          ids=["resources", "image"])
 def test_roles_that_differ_are_refused_before_anything_reaches_slurm(runner, slurm, job_root, role):
