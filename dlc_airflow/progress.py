@@ -9,15 +9,18 @@ logs and Events now, and the verdict: finished, queued too long, or out of time.
 progress the job reported (dlc_airflow.runtime.log_progress lines in the logs the wait copied)
 and returns a line only when progress or ETA changed (dlc_airflow.eta.worth_saying); a backend
 that keeps progress itself (Kubeflow Trainer's status) reports it through JobStatus.progress.
+`replica_health` says when a running replica becomes unwell (its node stopped reporting) or
+well again, which the job's own state may not show for minutes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from dlc_airflow import eta, reasons
-from dlc_airflow.runner import LogLine, log_replica_order
+from dlc_airflow.runner import LogLine, Replica, log_replica_order
 from dlc_airflow.runtime.metrics import parse_metric_line
 from dlc_airflow.status import JobState, JobStatus
 
@@ -269,3 +272,20 @@ def terminal_verdict(job: str, status: JobStatus) -> Verdict:
     if verdict is None or verdict.kind is not VerdictKind.FINISHED:
         raise ValueError(f"job {job} is not finished: {status.summary()}")
     return verdict
+
+
+def replica_health(job: str, before: Sequence[Replica], after: Sequence[Replica]) -> tuple[list[str], list[str]]:
+    """(warnings, lines) for the replicas that became unwell, or well again, between two looks
+    at the job's replicas (a replaced replica starts afresh)."""
+    was = {r.name: r for r in before}
+    warnings, lines = [], []
+    for replica in after:
+        old = was.get(replica.name)
+        old_unwell = old.unwell if old is not None and old.uid == replica.uid else ""
+        where = f" on node {replica.node}" if replica.node else ""
+        if replica.unwell and replica.unwell != old_unwell:
+            warnings.append(f"job {job}: replica {replica.name}{where}: {replica.unwell}; its containers may "
+                            "still run, and the wait goes on until the job itself ends")
+        elif old_unwell and not replica.unwell and replica.state == "Running":
+            lines.append(f"job {job}: replica {replica.name}{where} is reported well again")
+    return warnings, lines

@@ -50,6 +50,9 @@ class Replica:
     restarts: int = 0  # in place (a container restarted by the kubelet, a local process)
     node: str = ""
     uid: str = ""  # tells a replica's successive incarnations apart
+    # why a running replica cannot be vouched for now, as the backend says ('' while it can):
+    # a pod whose node stopped reporting. It may recover; the job's state decides the task.
+    unwell: str = ""
     # backend-private: what the backend needs to read this replica again (a pod's name and
     # container, its termination message); nothing else reads it
     detail: Mapping[str, str] = field(default_factory=dict, hash=False)

@@ -4,7 +4,8 @@
 for the worker's loop below and the triggerer's (trigger.py) alike: log its lines, tell
 the notifiers, ask the backend's events why a job cannot start, and copy the job's logs and
 events into the task log, each line prefixed with its replica (`[worker-1] ...`), and log the
-job's progress and ETA when they change (`Progress.observe` over the lines just copied).
+job's progress and ETA when they change (`Progress.observe` over the lines just copied), and
+when a running replica becomes unwell or well again (`replica_health`).
 The two loops differ only in how statuses arrive (a thread's condition, an asyncio queue).
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dlc_airflow.jobref import JobRef
-from dlc_airflow.progress import Progress, Verdict
+from dlc_airflow.progress import Progress, Verdict, replica_health
 from dlc_airflow.runner import (
     Event,
     EventSource,
@@ -122,8 +123,13 @@ class WaitIO:
 
     def turn(self, batch: list[Update], now: float) -> Verdict | None:
         """One turn with the updates that arrived since the last; the verdict when the wait is over."""
-        if batch:
-            self.replicas = batch[-1][1]
+        for _, replicas in batch:
+            unwell, recovered = replica_health(self.ref.name, self.replicas, replicas)
+            for line in unwell:
+                self.log.warning("%s", line)
+            for line in recovered:
+                self.log.info("%s", line)
+            self.replicas = replicas
         why = position = None
         if self.progress.time_to_ask_why(now):
             why = why_not_started(self.runner, self.ref, self.log)

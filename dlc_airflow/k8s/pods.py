@@ -60,6 +60,19 @@ def termination_message(pod: Pod) -> str:
     return ""
 
 
+def unwell(pod: Pod) -> str:
+    """Why a running pod cannot be vouched for ('' when it can). The kubelet gives every Ready=False
+    it writes a reason (ContainersNotReady...); a Ready=False without one on a running pod was
+    written by the node lifecycle controller, because the pod's node stopped reporting."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return ""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") == "False" and not condition.get("reason"):
+            return "its node stopped reporting (NodeNotReady): the pod is marked not ready"
+    return ""
+
+
 def replicas_of(pods: Iterable[Pod]) -> list[Replica]:
     """The replicas of a job's pods, coordinator first, then by index."""
     found = []
@@ -78,7 +91,7 @@ def replicas_of(pods: Iterable[Pod]) -> list[Replica]:
             finished=parse_time(terminated.get("finishedAt")), exit_code=terminated.get("exitCode"),
             reason="Preempted" if disrupted else (terminated.get("reason") or ""),
             restarts=sum(int(s.get("restartCount") or 0) for s in statuses),
-            node=(pod.get("spec") or {}).get("nodeName") or "", uid=meta.get("uid") or "",
+            node=(pod.get("spec") or {}).get("nodeName") or "", uid=meta.get("uid") or "", unwell=unwell(pod),
             detail={POD_NAME: meta.get("name", ""), CONTAINER: main_container(pod),
                     MESSAGE: termination_message(pod)}))
     return found

@@ -1,0 +1,66 @@
+"""A running replica whose node stopped reporting: how a pod says so, and what the wait logs
+when it happens and when the replica is well again (the job's own state may not change)."""
+
+import logging
+
+from dlc_airflow.airflow.waiting import WaitIO
+from dlc_airflow.jobref import JobRef
+from dlc_airflow.k8s.pods import replicas_of, unwell
+from dlc_airflow.progress import Progress, replica_health
+from dlc_airflow.runner import Replica
+from dlc_airflow.status import JobState, JobStatus
+
+NODE_LOST = "its node stopped reporting (NodeNotReady): the pod is marked not ready"
+
+
+def pod(phase="Running", ready="True", reason=None, uid="u-1"):
+    condition = {"type": "Ready", "status": ready, **({"reason": reason} if reason else {})}
+    return {"metadata": {"name": "j-worker-0-abc", "uid": uid, "labels": {"dlc-airflow/role": "worker"},
+                         "annotations": {"batch.kubernetes.io/job-completion-index": "0"}},
+            "spec": {"nodeName": "dlc-node-0", "containers": [{"name": "main"}]},
+            "status": {"phase": phase, "conditions": [condition]}}
+
+
+def test_only_the_node_controllers_not_ready_marks_a_pod_unwell():
+    # the node lifecycle controller flips Ready to False and leaves the (absent) reason as it was
+    assert unwell(pod(ready="False")) == NODE_LOST
+    # the kubelet's own Ready=False always has a reason: a container restarting or not started
+    assert unwell(pod(ready="False", reason="ContainersNotReady")) == ""
+    assert unwell(pod(ready="True")) == ""
+    # only a running pod: a finished one is not ready by design
+    assert unwell(pod(phase="Succeeded", ready="False")) == ""
+    assert unwell(pod(phase="Pending", ready="False")) == ""
+    assert replicas_of([pod(ready="False")])[0].unwell == NODE_LOST
+
+
+def replica(unwell_="", uid="u-1", state="Running"):
+    return Replica(name="worker-0", role="worker", index=0, state=state, node="dlc-node-0", uid=uid, unwell=unwell_)
+
+
+def test_the_wait_says_when_a_replica_becomes_unwell_and_when_it_is_well_again():
+    warnings, lines = replica_health("j", [replica()], [replica(NODE_LOST)])
+    assert lines == [] and len(warnings) == 1
+    assert warnings[0].startswith("job j: replica worker-0 on node dlc-node-0: its node stopped reporting")
+    assert "the wait goes on until the job itself ends" in warnings[0]
+    # said once, not on every look while it lasts
+    assert replica_health("j", [replica(NODE_LOST)], [replica(NODE_LOST)]) == ([], [])
+    assert replica_health("j", [replica(NODE_LOST)], [replica()]) == (
+        [], ["job j: replica worker-0 on node dlc-node-0 is reported well again"])
+    # a wait that starts (or resumes in another triggerer) while it lasts says so at once
+    assert len(replica_health("j", [], [replica(NODE_LOST)])[0]) == 1
+    # a replacement is a new replica: its predecessor's trouble is not its recovery
+    assert replica_health("j", [replica(NODE_LOST)], [replica(uid="u-2")]) == ([], [])
+    assert replica_health("j", [replica(NODE_LOST)], [replica(state="Succeeded")]) == ([], [])
+
+
+def test_each_update_of_a_turn_is_compared_with_the_one_before(caplog):
+    running = JobStatus(state=JobState.RUNNING)
+    wait = WaitIO(runner=None, ref=JobRef(backend="native", place="ml", name="j"),  # type: ignore[arg-type]
+                  log=logging.getLogger("test.wait"), progress=Progress("j", 0.0))
+    with caplog.at_level(logging.INFO, logger="test.wait"):
+        wait.turn([(running, [replica()])], 1.0)
+        # lost and back within one turn: both are said, in order
+        wait.turn([(running, [replica(NODE_LOST)]), (running, [replica()])], 2.0)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "replica worker-0" in r.getMessage()]
+    assert [level for level, _ in said] == ["WARNING", "INFO"], said
+    assert wait.replicas == [replica()]
