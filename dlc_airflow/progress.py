@@ -10,7 +10,7 @@ progress the job reported (dlc_airflow.runtime.log_progress lines in the logs th
 and returns a line only when progress or ETA changed (dlc_airflow.eta.worth_saying); a backend
 that keeps progress itself (Kubeflow Trainer's status) reports it through JobStatus.progress.
 `replica_health` says when a running replica becomes unwell (its node stopped reporting) or
-well again, which the job's own state may not show for minutes.
+no longer is, which the job's own state may not show for minutes.
 """
 
 from __future__ import annotations
@@ -275,17 +275,20 @@ def terminal_verdict(job: str, status: JobStatus) -> Verdict:
 
 
 def replica_health(job: str, before: Sequence[Replica], after: Sequence[Replica]) -> tuple[list[str], list[str]]:
-    """(warnings, lines) for the replicas that became unwell, or well again, between two looks
-    at the job's replicas (a replaced replica starts afresh)."""
-    was = {r.name: r for r in before}
-    warnings, lines = [], []
+    """(became_unwell, recovered): lines for the replicas that became unwell, or are no longer,
+    between two looks at the job's replicas. A replica is known by its uid (a replacement has
+    its own, and may share its predecessor's name while that one is still going away)."""
+    def key(r: Replica) -> str:
+        return r.uid or r.name
+    was = {key(r): r for r in before}
+    became_unwell, recovered = [], []
     for replica in after:
-        old = was.get(replica.name)
-        old_unwell = old.unwell if old is not None and old.uid == replica.uid else ""
+        old = was.get(key(replica))
+        old_unwell = old.unwell if old is not None else ""
         where = f" on node {replica.node}" if replica.node else ""
         if replica.unwell and replica.unwell != old_unwell:
-            warnings.append(f"job {job}: replica {replica.name}{where}: {replica.unwell}; its containers may "
-                            "still run, and the wait goes on until the job itself ends")
+            became_unwell.append(f"job {job}: replica {replica.name}{where}: {replica.unwell}; its containers may "
+                                 "still run, and the wait goes on until the job itself ends")
         elif old_unwell and not replica.unwell and replica.state == "Running":
-            lines.append(f"job {job}: replica {replica.name}{where} is reported well again")
-    return warnings, lines
+            recovered.append(f"job {job}: replica {replica.name}{where} is no longer reported unwell")
+    return became_unwell, recovered

@@ -5,7 +5,7 @@ for the worker's loop below and the triggerer's (trigger.py) alike: log its line
 the notifiers, ask the backend's events why a job cannot start, and copy the job's logs and
 events into the task log, each line prefixed with its replica (`[worker-1] ...`), and log the
 job's progress and ETA when they change (`Progress.observe` over the lines just copied), and
-when a running replica becomes unwell or well again (`replica_health`).
+when a running replica becomes unwell or is no longer (`replica_health`).
 The two loops differ only in how statuses arrive (a thread's condition, an asyncio queue).
 """
 

@@ -123,22 +123,28 @@ def test_restarting_containerd_under_running_jobs(kube, k8s_conn, dag_files, rea
 
 
 
+def kubelet(action: str) -> str:
+    """`scripts/k8s-node stop|start kubelet`; what it said."""
+    return subprocess.run([str(K8S_NODE), action, "kubelet"], capture_output=True, text=True, timeout=180).stderr
+
+
 def stop_the_kubelet_until_the_node_is_not_ready(kube) -> tuple[list[str], threading.Thread]:
     """A thread that stops the kubelet once the job's pod runs (and a tick has streamed), waits
-    until the node lifecycle controller marks that pod not ready (its node went NotReady),
-    starts the kubelet again, and once the pod is ready again tells the job to end (a file its
-    loop looks for, made through containerd); what happened lands in the list."""
+    until the node lifecycle controller marks that running pod not ready (Ready=False with no
+    reason: its node went NotReady), starts the kubelet again, and once the pod is Ready again
+    tells the job to end (a file its loop looks for, made through containerd); what happened
+    lands in the list."""
     said: list[str] = []
 
-    def ready(want: str) -> bool:
-        return any(c.get("type") == "Ready" and c.get("status") == want
-                   for p in kube.list(POD, labels={MANAGED_BY: "dlc-airflow"})[0]
-                   for c in p["status"].get("conditions") or [])
+    def ready(pod: dict) -> str | None:
+        return next((f"{c.get('status')}/{c.get('reason') or ''}" for c in pod["status"].get("conditions") or []
+                     if c.get("type") == "Ready"), None)
 
     def until(want: str, timeout: float) -> float | None:
         start = time.monotonic()
         while time.monotonic() < start + timeout:
-            if ready(want):
+            if any(p["status"].get("phase") == "Running" and ready(p) == want
+                   for p in kube.list(POD, labels={MANAGED_BY: "dlc-airflow"})[0]):
                 return time.monotonic() - start
             time.sleep(1)
         return None
@@ -147,14 +153,14 @@ def stop_the_kubelet_until_the_node_is_not_ready(kube) -> tuple[list[str], threa
         if not running_pods(kube, 1):
             return
         time.sleep(6)
-        said.append(subprocess.run([str(K8S_NODE), "stop", "kubelet"], capture_output=True, text=True).stderr)
+        said.append(kubelet("stop"))
         try:
-            lost = until("False", 240)
+            lost = until("False/", 240)
             said.append(f"pod not ready {lost:.0f} s after the kubelet stopped" if lost is not None else "pod still ready")
             time.sleep(5)  # the task's wait reads the job's events every 5 s
         finally:
-            said.append(subprocess.run([str(K8S_NODE), "start", "kubelet"], capture_output=True, text=True).stderr)
-        if until("True", 60) is not None:
+            said.append(kubelet("start"))
+        if until("True/", 60) is not None:
             time.sleep(5)
             for c in containers(kube.namespace):
                 crictl("exec", c["id"], "touch", "/tmp/end")
@@ -167,31 +173,36 @@ def test_a_kubelet_outage_under_a_running_job(kube, k8s_conn, dag_files, real_no
     """The kubelet stops under a running job until the node goes NotReady (the node controller's
     grace period is 80 s in this cluster: k8s/cluster/kwokctl.yaml), then starts again. The
     containers go on (containerd's shims keep them); the task log says that the replica's node
-    stopped reporting, then that the replica is well again; the log stream, cut while no
+    stopped reporting, then that the replica is no longer unwell; the log stream, cut while no
     kubelet serves it, resumes from where it was with no line lost or repeated; and the job
     ends as it would have (the pod tolerates an unreachable node for 300 s before eviction).
     The job ticks every 5 s until the test tells it to end, after the recovery."""
     source = ("import os, time\nprint('started', flush=True)\nticks = 0\n"
-              "while ticks < 60 and not os.path.exists('/tmp/end'):\n"
+              "while ticks < 120 and not os.path.exists('/tmp/end'):\n"
               "    time.sleep(5)\n    print('tick', ticks, flush=True)\n    ticks += 1\n"
               "from dlc_airflow.runtime import report_output\nreport_output('ticks', ticks)\nprint('done', flush=True)\n")
     job = on_real_node(type="batch", command=["python3", "-c", source], resources={"cpu": "100m", "memory": "128Mi"})
     outage, thread = stop_the_kubelet_until_the_node_is_not_ready(kube)
-    # a wait on a worker, which streams the logs and reads the job's events every 5 s (the
-    # deferred wait reads them at state changes)
-    dag = dag_files.operator_dag(conn_id=k8s_conn, backend="native", job=job, queue_timeout=120, deferrable=False)
-    ti = dag.test().get_task_instance("train")
-    thread.join(5)
+    try:
+        # a wait on a worker, which streams the logs and reads the job's events every 5 s (the
+        # deferred wait reads them at state changes)
+        dag = dag_files.operator_dag(conn_id=k8s_conn, backend="native", job=job, queue_timeout=120,
+                                     deferrable=False)
+        ti = dag.test().get_task_instance("train")
+    finally:  # whatever happened, the node is back for the next test
+        thread.join(300)
+        if "kubelet started" not in "".join(outage):
+            kubelet("start")
     text = "".join(capfd.readouterr())
     assert len(outage) == 3 and "kubelet stopped" in outage[0] and "kubelet started" in outage[2], outage
     assert outage[1].startswith("pod not ready"), outage
     assert ti.state == "success", task_log(text)
     ticks = xcom(ti)["outputs"]["ticks"]
-    assert 15 < ticks < 60, (outage, ticks)  # it ran through the outage and was told to end
+    assert 15 < ticks < 120, (outage, ticks)  # it ran through the outage and was told to end
     # what the wait said: the node's loss (its own line and the node controller's event on the
     # pod), then the recovery, each once
     lost = [line for line in text.splitlines() if "its node stopped reporting (NodeNotReady)" in line]
-    back = [line for line in text.splitlines() if "replica worker-0 on node " in line and "is reported well again" in line]
+    back = [line for line in text.splitlines() if "replica worker-0 on node " in line and "no longer reported unwell" in line]
     assert len(lost) == 1 and "[warning" in lost[0] and "replica worker-0 on node " in lost[0], task_log(text)
     assert len(back) == 1 and text.index(lost[0]) < text.index(back[0]), task_log(text)
     assert "NodeNotReady: Node is not ready" in text, task_log(text)

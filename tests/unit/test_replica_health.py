@@ -37,7 +37,7 @@ def replica(unwell_="", uid="u-1", state="Running"):
     return Replica(name="worker-0", role="worker", index=0, state=state, node="dlc-node-0", uid=uid, unwell=unwell_)
 
 
-def test_the_wait_says_when_a_replica_becomes_unwell_and_when_it_is_well_again():
+def test_the_wait_says_when_a_replica_becomes_unwell_and_when_it_is_no_longer():
     warnings, lines = replica_health("j", [replica()], [replica(NODE_LOST)])
     assert lines == [] and len(warnings) == 1
     assert warnings[0].startswith("job j: replica worker-0 on node dlc-node-0: its node stopped reporting")
@@ -45,12 +45,16 @@ def test_the_wait_says_when_a_replica_becomes_unwell_and_when_it_is_well_again()
     # said once, not on every look while it lasts
     assert replica_health("j", [replica(NODE_LOST)], [replica(NODE_LOST)]) == ([], [])
     assert replica_health("j", [replica(NODE_LOST)], [replica()]) == (
-        [], ["job j: replica worker-0 on node dlc-node-0 is reported well again"])
+        [], ["job j: replica worker-0 on node dlc-node-0 is no longer reported unwell"])
     # a wait that starts (or resumes in another triggerer) while it lasts says so at once
     assert len(replica_health("j", [], [replica(NODE_LOST)])[0]) == 1
     # a replacement is a new replica: its predecessor's trouble is not its recovery
     assert replica_health("j", [replica(NODE_LOST)], [replica(uid="u-2")]) == ([], [])
     assert replica_health("j", [replica(NODE_LOST)], [replica(state="Succeeded")]) == ([], [])
+    # the replacement and the evicted pod it replaces (Terminating on the lost node, same name):
+    # the loss is said once, not again at every look while both exist
+    both = [replica(NODE_LOST), replica(uid="u-2")]
+    assert replica_health("j", both, list(reversed(both))) == ([], [])
 
 
 def test_each_update_of_a_turn_is_compared_with_the_one_before(caplog):
