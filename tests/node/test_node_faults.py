@@ -1,7 +1,8 @@
 """Faults on real processes: a rank SIGKILLed in the middle of its all_reduce loop,
 containerd restarted under running jobs, and the kubelet stopped under one until its node goes
-NotReady. What the tasks do is checked, and how long the failure takes to end the job (README: a killed rank ends a job without restarts within
-seconds; gloo's own timeout, 30 minutes, never comes into it)."""
+NotReady. What the tasks do is checked, and how long the failure takes to end the job
+(README: a killed rank ends a job without restarts within seconds; gloo's own timeout, 30
+minutes, never comes into it)."""
 
 from __future__ import annotations
 
@@ -120,7 +121,6 @@ def test_restarting_containerd_under_running_jobs(kube, k8s_conn, dag_files, rea
     assert ti.state == "success", task_log(text)
     assert "[worker-0] done" in text and "[worker-1] done" in text, task_log(text)
     assert xcom(ti)["outputs"]["host"].startswith(xcom(ti)["job_name"])
-
 
 
 def kubelet(action: str) -> str:

@@ -1,5 +1,5 @@
 """A running replica whose node stopped reporting: how a pod says so, and what the wait logs
-when it happens and when the replica is well again (the job's own state may not change)."""
+when it happens and when the replica is no longer unwell (the job's own state may not change)."""
 
 import logging
 
