@@ -8,11 +8,13 @@ error (a cluster test never silently skips in CI).
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import subprocess
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +40,7 @@ class TestCluster:
     admin_kubeconfig: str
     source: str
     local_workdir: str | None = None  # the local control plane's state (fault injection)
+    outage_lock: str | None = None  # held exclusively while restart-apiserver runs (scripts/k8s-local)
     _token: str | None = field(default=None, repr=False)
 
     def admin(self, namespace: str = "default") -> KubeClient:
@@ -101,6 +104,18 @@ class TestCluster:
                 time.sleep(0.3)
         finally:
             admin.delete(JOB, name)
+
+
+@contextmanager
+def clear_of_outages(cluster: TestCluster) -> Iterator[None]:
+    """Hold the cluster's outage lock shared: no restart-apiserver runs meanwhile (one that runs
+    is waited for first)."""
+    if not cluster.outage_lock:
+        yield
+        return
+    with open(cluster.outage_lock, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        yield
 
 
 def ensure_service_account(admin: KubeClient) -> None:
@@ -238,7 +253,7 @@ def acquire_cluster(in_ci: bool) -> TestCluster:
             raise ClusterUnavailable(f"scripts/k8s-local up failed:\n{proc.stderr[-3000:]}")
     if Path(admin).exists() and _ready(admin):
         return TestCluster(admin, source="local control plane (scripts/k8s-local)",
-                           local_workdir=env.get("DLC_K8S_WORKDIR"))
+                           local_workdir=env.get("DLC_K8S_WORKDIR"), outage_lock=env.get("DLC_K8S_OUTAGE_LOCK"))
 
     if _docker_answers():
         return _k3s_cluster()
