@@ -123,8 +123,15 @@ def test_stopping_a_queued_job_keeps_it_stopped_under_kueue(queued, backend):
                  timeout=30, what="the Workload deactivated")
         time.sleep(3)  # would Kueue resume it?
         assert runner.status(ref).state is JobState.STOPPED and runner.objects(ref)
-        wait_for(lambda: not [p for p in admin.list(POD, kube.namespace)[0]
-                              if p["metadata"]["name"].startswith(ref.name) and p["status"].get("phase") == "Running"],
-                 timeout=60, what="nothing of the stopped job running")
+        def running() -> list[dict]:
+            return [p for p in admin.list(POD, kube.namespace)[0]
+                    if p["metadata"]["name"].startswith(ref.name) and p["status"].get("phase") == "Running"]
+
+        try:
+            wait_for(lambda: not running(), timeout=60, what="nothing of the stopped job running")
+        except AssertionError as exc:  # say what holds the pod (seen once: which stage, which node)
+            left = [(p["metadata"]["name"], p["spec"].get("nodeName"), p["metadata"].get("deletionTimestamp"),
+                     p["metadata"].get("finalizers"), p["status"].get("conditions")) for p in running()]
+            raise AssertionError(f"{exc}; still running: {left}") from None
     finally:
         runner.delete(ref)
