@@ -92,9 +92,17 @@ def job_spec(scenario: str, mode: str, seconds: float) -> dict:
     return spec
 
 
+# When the Job controller has decided the job: FailureTarget and SuccessCriteriaMet come first,
+# Complete and Failed only once every pod is gone (a kwok pod's deletion waits up to its 30 s
+# grace). dlc-airflow's status ends the job at the first (k8s/backends/native.py), so a retry's
+# next attempt may be created before Failed: counting only Complete and Failed called that a
+# duplicate (seen when an API server restart slowed the Job controller down).
+ENDED = ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
+
+
 def finished(job: dict) -> bool:
     conds = (job.get("status") or {}).get("conditions") or []
-    return any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conds)
+    return any(c["type"] in ENDED and c["status"] == "True" for c in conds)
 
 
 class Jobs(threading.Thread):
