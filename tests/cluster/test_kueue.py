@@ -123,6 +123,7 @@ def test_stopping_a_queued_job_keeps_it_stopped_under_kueue(queued, backend):
                  timeout=30, what="the Workload deactivated")
         time.sleep(3)  # would Kueue resume it?
         assert runner.status(ref).state is JobState.STOPPED and runner.objects(ref)
+
         def running() -> list[dict]:
             return [p for p in admin.list(POD, kube.namespace)[0]
                     if p["metadata"]["name"].startswith(ref.name) and p["status"].get("phase") == "Running"]
