@@ -101,6 +101,21 @@ def log_replicas(replicas: Sequence[Replica] | None) -> Sequence[Replica] | None
     return ranked[:LOG_REPLICAS] + failed
 
 
+def ended_replicas(runner: JobRunner, ref: JobRef, followed: Sequence[Replica], log: Log) -> Sequence[Replica]:
+    """The replicas read once more when the job has ended, for its last logs and outputs: the
+    follower's report can lag the job's own status (a rank that ran seen still Pending, its lines
+    and message never read). One that is gone by now (a controller deletes the pods still
+    running when its job ends) is kept as the follower last saw it."""
+    try:
+        fresh = runner.replicas(ref)
+    except Exception as exc:  # noqa: BLE001 - the follower's view is still good
+        log.debug("could not read the replicas of %s again: %s", ref.name, exc)
+        return followed
+    named = {replica.name: replica for replica in followed}
+    named.update((replica.name, replica) for replica in fresh)
+    return list(named.values())
+
+
 def describe_event(event: Event) -> str:
     return f"{event.object}: {event.reason}: {event.message}"
 
@@ -142,6 +157,8 @@ class WaitIO:
         if self.on_change is not None:
             for change in step.changes:
                 self.on_change(change.previous, change.status)
+        if step.verdict is not None:
+            self.replicas = ended_replicas(self.runner, self.ref, self.replicas, self.log)
         if step.read_logs:
             lines = self.cursor.emit(self.runner, self.ref, self.log, self.replicas or None, events=step.read_events)
             for line in self.progress.observe(lines, now):

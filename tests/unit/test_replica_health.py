@@ -2,6 +2,7 @@
 when it happens and when the replica is no longer unwell (the job's own state may not change)."""
 
 import logging
+from dataclasses import replace
 
 from dlc_airflow.airflow.waiting import WaitIO
 from dlc_airflow.jobref import JobRef
@@ -68,3 +69,42 @@ def test_each_update_of_a_turn_is_compared_with_the_one_before(caplog):
     said = [(r.levelname, r.getMessage()) for r in caplog.records if "replica worker-0" in r.getMessage()]
     assert [level for level, _ in said] == ["WARNING", "INFO"], said
     assert wait.replicas == [replica()]
+
+
+class Rereads:
+    """The one runner call a wait makes when its job has ended: the replicas, read again."""
+
+    def __init__(self, fresh):
+        self.fresh = fresh
+
+    def replicas(self, ref):
+        if isinstance(self.fresh, Exception):
+            raise self.fresh
+        return self.fresh
+
+
+def ended_wait(fresh, followed):
+    wait = WaitIO(runner=Rereads(fresh), ref=JobRef(backend="kubeflow", place="ml", name="j"),  # type: ignore[arg-type]
+                  log=logging.getLogger("test.wait"), progress=Progress("j", 0.0, stream_logs=False))
+    wait.turn([(JobStatus(state=JobState.RUNNING), followed)], 1.0)
+    return wait
+
+
+def test_the_replicas_are_read_again_when_the_job_ends():
+    master = Replica(name="master-0", role="master", index=0, state="Running")
+    worker = Replica(name="worker-0", role="worker", index=0, state="Pending")
+    wait = ended_wait([replace(master, state="Succeeded"), replace(worker, state="Running")], [master, worker])
+    assert wait.turn([(JobStatus(state=JobState.SUCCEEDED), [replace(master, state="Succeeded"), worker])], 2.0)
+    # the follower's report lagged the worker: the fresh read says it ran, so its lines are read
+    assert [(r.name, r.state) for r in wait.replicas] == [("master-0", "Succeeded"), ("worker-0", "Running")]
+
+
+def test_a_replica_gone_at_the_end_is_kept_as_last_seen_and_a_failed_read_keeps_them_all():
+    master = Replica(name="master-0", role="master", index=0, state="Succeeded")
+    worker = Replica(name="worker-0", role="worker", index=0, state="Running")
+    wait = ended_wait([master], [master, worker])  # the controller deleted the running worker
+    assert wait.turn([(JobStatus(state=JobState.SUCCEEDED), [master, worker])], 2.0)
+    assert [r.name for r in wait.replicas] == ["master-0", "worker-0"]
+    wait = ended_wait(ConnectionError("refused"), [master, worker])
+    assert wait.turn([(JobStatus(state=JobState.SUCCEEDED), [master, worker])], 2.0)
+    assert wait.replicas == [master, worker]
