@@ -59,8 +59,8 @@ lint: install
 # The test command: lint, then the tests in two lanes at once (scripts/test-lanes): the main lane
 # runs cluster, node and Airflow end-to-end tests; beside it the slurm lane runs tests/slurm on
 # Slurm 22.05 and 24.11 (and each JSON shape's subset on v0.0.40 and v0.0.41), the tests that
-# need no cluster (unit, the local and pai backends', the Airflow tests of local jobs) and one
-# long cluster test, then the older Airflows (test-compat).
+# need no cluster (unit, the local and pai backends', the Airflow tests of local jobs) and long
+# cluster tests that never restart the API server, then the older Airflows (test-compat).
 test: install-demo lint cluster slurm postgres browser podman
 	PYTHON=$(PYTHON) VENV=$(VENV) scripts/test-lanes
 
