@@ -23,7 +23,7 @@ from dlc_airflow.jobref import JobRef
 from dlc_airflow.jsonvalue import JSONDict
 from dlc_airflow.k8s.api import Manifest, Pod, as_events, as_pods
 from dlc_airflow.k8s.backends import kueue
-from dlc_airflow.k8s.backends.base import KUEUE_QUEUE_LABEL, Backend, stop_annotations
+from dlc_airflow.k8s.backends.base import KUEUE_QUEUE_LABEL, STOPPED_ANNOTATION, Backend, stop_annotations
 from dlc_airflow.k8s.client import KubeClient
 from dlc_airflow.k8s.errors import AdmissionDenied, AuthError, Conflict, KubeConfigError, KubeError, NotFound
 from dlc_airflow.k8s.events import event_of, is_job_event
@@ -445,15 +445,19 @@ class KubeRunner:
     def _stop(self, ref: JobRef, objects: list[Manifest], guarded: bool = False) -> int:
         """stop() on the objects as read; `guarded`: each patch only if the object is unchanged
         since (Conflict otherwise). The delete of a queued job whose Workloads cannot be
-        deactivated is not guarded."""
-        if not objects or self.backend.status(objects).terminal:
+        deactivated is not guarded. A stop that reached some objects only (a guarded patch
+        refused halfway) is finished whatever the status says: the objects it stopped can make
+        the whole job read ended (a native Job past its deadline fails) while the rest still run."""
+        unstopped = [o for o in objects if STOPPED_ANNOTATION not in (o["metadata"].get("annotations") or {})]
+        begun = len(unstopped) < len(objects)
+        if not unstopped or (not begun and self.backend.status(objects).terminal):
             return 0
         if kueue.queued(objects) and not self._deactivate(ref):
             self.delete(ref)
             return len(objects)
         patch = _merged(self.backend.stop_patch(), stop_annotations())
         stopped = 0
-        for obj in objects:
+        for obj in unstopped:
             version = obj["metadata"].get("resourceVersion")
             body = _merged(patch, {"metadata": {"resourceVersion": version}}) if guarded and version else patch
             try:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import uuid
 
 from dlc_airflow.k8s.backends import get_backend
-from dlc_airflow.k8s.kinds import JOB, SERVICE, kind_of, ref_kinds
+from dlc_airflow.k8s.kinds import JOB, POD, SERVICE, kind_of, ref_kinds
 from dlc_airflow.k8s.runner import KubeRunner
 from dlc_airflow.naming import LABEL_JOB, TaskIdentity, job_name
 from dlc_airflow.spec import DLCJob
 from dlc_airflow.status import JobState
 from dlc_airflow.submission import Action, stop_if_owner, submit_or_adopt
-from tests.cluster.polling import wait_state
+from tests.cluster.polling import wait_for, wait_state
 
 
 def ddp(delay: str | None = None) -> DLCJob:
@@ -99,6 +99,33 @@ def test_a_claim_that_overtakes_an_older_trys_check_makes_its_stop_fail(kube):
     runner._live_objects = real_objects
     assert stop_if_owner(runner, first.ref, try_number=2) is True
     assert runner.status(first.ref).state is JobState.STOPPED
+
+
+def test_a_stop_refused_halfway_is_finished_though_the_stopped_part_reads_failed(kube):
+    """A CI run found it: the guarded stop patched the master's Job, the worker's Job changed
+    before its own patch (409), and on the next read the master had failed by its deadline, so
+    the job read ended and the worker's Job ran on, unstopped. The next read finishes the stop."""
+    from dlc_airflow.k8s.backends.base import STOPPED_ANNOTATION, stop_annotations
+
+    runner = KubeRunner(kube, get_backend("native"))
+    run = f"run-{uuid.uuid4().hex[:6]}"
+    sub = submit_or_adopt(runner, ddp("600s"), identity(1, run), base_name="half")
+    master = f"{sub.ref.name}-master"
+    kube.patch(JOB, master, {**get_backend("native").stop_patch(), **stop_annotations()})  # the stop's first patch
+    wait_for(lambda: any(c["type"] == "Failed" for c in kube.get(JOB, master)["status"].get("conditions", [])),
+             timeout=60, what="the master's Job failed by its deadline")
+    assert runner.status(sub.ref).terminal  # the whole job reads stopped, the worker's Job runs on
+
+    assert stop_if_owner(runner, sub.ref, try_number=1) is True
+    worker = kube.get(JOB, f"{sub.ref.name}-worker")
+    assert worker["metadata"]["annotations"].get(STOPPED_ANNOTATION) == "true"
+    assert worker["spec"]["activeDeadlineSeconds"] == 1
+
+    def worker_pods_running() -> list[str]:
+        return [p["metadata"]["name"] for p in kube.list(POD, labels={LABEL_JOB: sub.ref.name})[0]
+                if p["status"].get("phase") in ("Pending", "Running") and not p["metadata"].get("deletionTimestamp")]
+
+    wait_for(lambda: not worker_pods_running(), timeout=60, what="the worker's pods to end")
 
 
 def test_a_job_an_older_try_ends_while_this_try_adopts_it_is_no_verdict(kube):
