@@ -126,6 +126,7 @@ def test_a_stop_refused_halfway_is_finished_though_the_stopped_part_reads_failed
                 if p["status"].get("phase") in ("Pending", "Running") and not p["metadata"].get("deletionTimestamp")]
 
     wait_for(lambda: not worker_pods_running(), timeout=60, what="the worker's pods to end")
+    runner.delete(sub.ref)
 
 
 def test_a_job_an_older_try_ends_while_this_try_adopts_it_is_no_verdict(kube):
