@@ -100,12 +100,12 @@ def answer_after_a_refusal(rest: Rest, dag_id: str, run_id: str, body: dict) -> 
     refused a PATCH (403), the next one's audit-log insert can wait on "database is locked" until
     its 60 s timeout, then answer 500 (seen under make test's load on 3.2.2, and a 30 s wait
     once; never on 3.3). The answer is sent once more there; on 3.3 it must go through at once."""
-    from dlc_airflow.airflow.compat import OFFERS
+    from dlc_airflow.airflow.compat import OFFERS, _minor
 
     try:
         return rest.hitl(dag_id, run_id, "PATCH", body)
     except urllib.error.HTTPError as exc:
-        if exc.code != 500 or tuple(int(n) for n in OFFERS.version.split(".")[:2]) >= (3, 3):
+        if exc.code != 500 or _minor(OFFERS.version) >= (3, 3):
             raise
         return rest.hitl(dag_id, run_id, "PATCH", body)
 
